@@ -1,0 +1,192 @@
+"""RecordBatch v2 views: header fields, validation, in-place patches.
+
+Layout (Kafka implementation docs, "Record Batch"):
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 |
+    crc uint32 | attributes int16 | lastOffsetDelta int32 | baseTimestamp int64 |
+    maxTimestamp int64 | producerId int64 | producerEpoch int16 | baseSequence int32 |
+    recordsCount int32 | records...
+
+The CRC32C covers attributes..end, so baseOffset and partitionLeaderEpoch can be patched in
+place without recomputing it. Everything here is per batch; records are only decoded by
+``iter_records`` for the features that need them (compaction, transactions).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Iterator
+
+import crc32c
+
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+CURRENT_MAGIC = 2
+NO_TIMESTAMP = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08  # 1 = LogAppendTime
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+
+@dataclass(slots=True)
+class BatchHeader:
+    """The fixed header of one RecordBatch v2, plus where it sits in its buffer."""
+
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes this batch takes on disk and on the wire."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & COMPRESSION_MASK
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return bool(self.attributes & TIMESTAMP_TYPE_MASK)
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_FLAG)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_FLAG)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def read_header(buf: memoryview | bytes | bytearray, pos: int = 0) -> BatchHeader:
+    """Read the batch header at ``pos``; the caller has checked HEADER_SIZE bytes are there."""
+    return BatchHeader(pos, *_HEADER.unpack_from(buf, pos))
+
+
+def peek_batch_size(buf: memoryview | bytes | bytearray, pos: int = 0) -> int:
+    """Total size of the batch at ``pos`` from its length field (needs 12 bytes)."""
+    return struct.unpack_from(">i", buf, pos + 8)[0] + LOG_OVERHEAD
+
+
+def crc_ok(buf: memoryview | bytes | bytearray, header: BatchHeader) -> bool:
+    start = header.position + ATTRIBUTES_OFFSET
+    end = header.position + header.size
+    return crc32c.crc32c(memoryview(buf)[start:end]) == header.crc
+
+
+def validate_batches(records: memoryview, max_batch_bytes: int) -> list[BatchHeader]:
+    """Check a produce request's records blob batch by batch.
+
+    Raises KafkaError with the code Kafka's broker returns: CORRUPT_MESSAGE for bad framing or
+    CRC, UNSUPPORTED_FOR_MESSAGE_FORMAT for magic other than 2, MESSAGE_TOO_LARGE for a batch
+    over the partition's max.message.bytes, INVALID_RECORD for an empty batch.
+    """
+    total = len(records)
+    if total == 0:
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carried no record batch")
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < total:
+        if total - pos < MAGIC_OFFSET + 1:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "truncated record batch header")
+        magic = records[pos + MAGIC_OFFSET]
+        if magic != CURRENT_MAGIC:
+            raise KafkaError(
+                ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                f"record batch magic {magic} is not supported; only magic 2 (Kafka 0.11+) is",
+            )
+        if total - pos < HEADER_SIZE:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "truncated record batch header")
+        header = read_header(records, pos)
+        size = header.size
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch length {header.batch_length} is too small")
+        if size > max_batch_bytes:
+            raise KafkaError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"record batch of {size} bytes exceeds max.message.bytes {max_batch_bytes}",
+            )
+        if pos + size > total:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch runs past the end of the request")
+        if not crc_ok(records, header):
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC32C does not match its contents")
+        if header.records_count <= 0 or header.last_offset_delta < 0:
+            raise KafkaError(ErrorCode.INVALID_RECORD, "record batch holds no records")
+        headers.append(header)
+        pos += size
+    return headers
+
+
+def iter_batches(buf: memoryview | bytes | bytearray, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
+    """Yield headers of the complete batches in buf[start:end]; stop at a torn tail."""
+    if end is None:
+        end = len(buf)
+    pos = start
+    while end - pos >= HEADER_SIZE:
+        header = read_header(buf, pos)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + header.size > end:
+            return
+        yield header
+        pos += header.size
+
+
+def patch_base_offset(buf: memoryview | bytearray, header: BatchHeader, base_offset: int) -> None:
+    _BASE_OFFSET.pack_into(buf, header.position, base_offset)
+    header.base_offset = base_offset
+
+
+def patch_leader_epoch(buf: memoryview | bytearray, header: BatchHeader, leader_epoch: int) -> None:
+    _LEADER_EPOCH.pack_into(buf, header.position + 12, leader_epoch)
+    header.partition_leader_epoch = leader_epoch
+
+
+def set_log_append_time(buf: memoryview | bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+    """Stamp LogAppendTime: maxTimestamp and the timestamp-type bit change, so the CRC is redone."""
+    pos = header.position
+    attributes = header.attributes | TIMESTAMP_TYPE_MASK
+    struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _MAX_TIMESTAMP.pack_into(buf, pos + 35, timestamp_ms)
+    crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
+    _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
+    header.attributes = attributes
+    header.max_timestamp = timestamp_ms
+    header.crc = crc

@@ -1,0 +1,7 @@
+"""API handlers, one module per API family. Importing this package registers them all."""
+
+from kafkacompat.handlers.registry import REGISTRY, Handler, RequestContext, handles
+
+from kafkacompat.handlers import api_versions, fetch, metadata, produce  # noqa: E402,F401  (registration)
+
+__all__ = ["REGISTRY", "Handler", "RequestContext", "handles"]

@@ -1,0 +1,39 @@
+"""ApiVersions: the served versions, derived from the handler registry (never hand-listed)."""
+
+from __future__ import annotations
+
+import struct
+
+from kafkacompat.handlers.registry import REGISTRY, RequestContext, handles, response_for
+from kafkacompat.wire.errors import ErrorCode
+
+API_VERSIONS = 18
+
+
+def served_versions() -> list[tuple[int, int, int]]:
+    return sorted((h.api_key, h.min_version, h.max_version) for h in REGISTRY.values())
+
+
+@handles(API_VERSIONS, 0, 4)
+async def handle_api_versions(request, ctx: RequestContext):
+    from kafkacompat.wire.codec import response_class
+
+    entry = response_class(API_VERSIONS).ApiVersion
+    return response_for(
+        API_VERSIONS,
+        ctx,
+        error_code=0,
+        api_keys=[entry(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
+        throttle_time_ms=0,
+    )
+
+
+def unsupported_version_response() -> bytes:
+    """UNSUPPORTED_VERSION in the v0 layout (error, api_keys array), which every client can read.
+
+    Written by hand so it needs no schema class: it is the answer to a client newer than us.
+    """
+    versions = served_versions()
+    parts = [struct.pack(">hi", ErrorCode.UNSUPPORTED_VERSION, len(versions))]
+    parts.extend(struct.pack(">hhh", k, lo, hi) for k, lo, hi in versions)
+    return b"".join(parts)

@@ -1,0 +1,138 @@
+"""Fetch: whole batches from the log as file regions (sent with sendfile), long-poll woken by new
+data, Kafka's byte limits (KIP-74: the first batch goes out even when it is larger).
+
+Sessionless: a client asking for a new fetch session gets session id 0 ("none created") and
+keeps sending full requests, which every client supports.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import trio
+
+from kafkacompat.handlers.registry import RequestContext, handles
+from kafkacompat.wire.chunks import close_chunks
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.fetch import (
+    FetchPartitionResult,
+    FetchRequestData,
+    FetchTopicResult,
+    decode_fetch_request,
+    encode_fetch_response,
+)
+
+log = logging.getLogger("kafkacompat.fetch")
+
+FETCH = 1
+READ_COMMITTED = 1
+TOPIC_IDS_SINCE = 13
+
+
+@dataclass(slots=True)
+class FetchResponseData:
+    topics: list[FetchTopicResult]
+    error_code: int = 0
+    session_id: int = 0
+
+
+def _decode(version: int, body: memoryview) -> FetchRequestData:
+    return decode_fetch_request(body, version)
+
+
+def _encode(response: FetchResponseData, version: int):
+    return encode_fetch_response(
+        response.topics, version=version, error_code=response.error_code, session_id=response.session_id
+    )
+
+
+@handles(FETCH, 4, 18, decode=_decode, encode=_encode)
+async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
+    if request.session_id != 0:
+        return FetchResponseData([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        topics, total_bytes, has_error, partitions = _read_all(request, ctx)
+        if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
+            return FetchResponseData(topics)
+        await _wait_for_data(partitions, deadline)
+        for topic in topics:
+            for result in topic.partitions:
+                close_chunks(result.records)
+
+
+async def _wait_for_data(partitions: list, deadline: float) -> None:
+    arrived = trio.Event()
+    for partition in partitions:
+        partition.add_waiter(arrived)
+    try:
+        with trio.move_on_at(deadline):
+            await arrived.wait()
+    finally:
+        for partition in partitions:
+            partition.remove_waiter(arrived)
+
+
+def _read_all(request: FetchRequestData, ctx: RequestContext):
+    use_ids = ctx.version >= TOPIC_IDS_SINCE
+    remaining = request.max_bytes
+    total = 0
+    has_error = False
+    waiting_on = []
+    topics = []
+    for wanted in request.topics:
+        topic = ctx.broker.topics.get_by_id(wanted.topic_id) if use_ids else ctx.broker.topics.get(wanted.topic)
+        results = []
+        for wanted_partition in wanted.partitions:
+            result, partition = _read_partition(
+                ctx, request, topic, wanted_partition, remaining, min_one_batch=total == 0, use_ids=use_ids
+            )
+            results.append(result)
+            total += result.records_size
+            remaining -= result.records_size
+            has_error = has_error or result.error_code != 0
+            if partition is not None:
+                waiting_on.append(partition)
+        topics.append(FetchTopicResult(wanted.topic if not use_ids else "", wanted.topic_id, results))
+    return topics, total, has_error, waiting_on
+
+
+def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batch: bool, use_ids: bool):
+    result = FetchPartitionResult(wanted.partition)
+    partition = ctx.broker.partition(topic.name, wanted.partition) if topic is not None else None
+    if partition is None:
+        if topic is None and use_ids:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        return result, None
+    try:
+        _check_leader_epoch(partition, wanted.current_leader_epoch)
+        partition.check_fetch_offset(wanted.fetch_offset)
+        limit = max(0, min(wanted.partition_max_bytes, remaining))
+        read = None
+        if limit > 0 or min_one_batch:
+            read = partition.read(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
+    except KafkaError as exc:
+        result.error_code = exc.code
+        log.debug("Fetch of %s at %d for %s failed: %s", partition, wanted.fetch_offset, ctx.client_id, exc)
+        return result, None
+    result.high_watermark = partition.high_watermark
+    result.last_stable_offset = partition.last_stable_offset
+    result.log_start_offset = partition.log_start_offset
+    if request.isolation_level == READ_COMMITTED:
+        result.aborted_transactions = []
+    if read is not None:
+        result.records = read.chunks
+        result.records_size = read.size
+    return result, partition
+
+
+def _check_leader_epoch(partition, current_leader_epoch: int) -> None:
+    if current_leader_epoch < 0:
+        return
+    if current_leader_epoch < partition.leader_epoch:
+        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {current_leader_epoch} of {partition} is stale")
+    if current_leader_epoch > partition.leader_epoch:
+        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch} of {partition} is newer than ours")

@@ -1,0 +1,91 @@
+"""Metadata: brokers, controller, topics with partition leaders; auto-creates topics where allowed."""
+
+from __future__ import annotations
+
+from kafkacompat.controller.topics import TopicInfo, validate_topic_name
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+METADATA = 3
+
+
+def _requested_topics(request, version: int) -> list | None:
+    """None means every topic: a null list (v1+) or, in v0, an empty one."""
+    topics = request.topics
+    if topics is None or (version == 0 and not topics):
+        return None
+    return topics
+
+
+def _resolve(
+    ctx: RequestContext, name: str | None, topic_id, allow_auto_create: bool
+) -> tuple[TopicInfo | None, int, str | None]:
+    broker = ctx.broker
+    if not name and topic_id is not None and topic_id.int != 0:
+        topic = broker.topics.get_by_id(topic_id)
+        return topic, (ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_ID), None
+    topic = broker.topics.get(name)
+    if topic is not None:
+        return topic, ErrorCode.NONE, name
+    try:
+        validate_topic_name(name)
+    except KafkaError as exc:
+        return None, exc.code, name
+    if broker.config.auto_create_topics_enable and allow_auto_create and not broker.topics.colliding_topic(name):
+        return broker.auto_create_topic(name), ErrorCode.NONE, name
+    return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name
+
+
+def topic_metadata(ctx: RequestContext, topic: TopicInfo, error_code: int = 0):
+    cls = response_class(METADATA).MetadataResponseTopic
+    partition_cls = cls.MetadataResponsePartition
+    partitions = []
+    for index in range(topic.partitions):
+        partition = ctx.broker.partition(topic.name, index)
+        if partition is None:
+            partitions.append(partition_cls(
+                error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1, leader_epoch=-1,
+                replica_nodes=[], isr_nodes=[], offline_replicas=[],
+            ))
+            continue
+        partitions.append(partition_cls(
+            error_code=0, partition_index=index, leader_id=partition.leader_id,
+            leader_epoch=partition.leader_epoch, replica_nodes=list(partition.replicas),
+            isr_nodes=list(partition.isr), offline_replicas=[],
+        ))
+    return cls(
+        error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
+        partitions=partitions, authorized_operations=None,
+    )
+
+
+def broker_list(ctx: RequestContext) -> list:
+    cls = response_class(METADATA).MetadataResponseBroker
+    host, port = ctx.broker.advertised_endpoint()
+    return [cls(node_id=ctx.broker.node_id, host=host, port=port, rack=ctx.broker.config.values.get("broker.rack"))]
+
+
+@handles(METADATA, 0, 13)
+async def handle_metadata(request, ctx: RequestContext):
+    topic_cls = response_class(METADATA).MetadataResponseTopic
+    requested = _requested_topics(request, ctx.version)
+    # allow_auto_topic_creation exists from v4; older clients always allowed it.
+    allow_auto_create = ctx.version < 4 or bool(request.allow_auto_topic_creation)
+    topics = []
+    if requested is None:
+        topics = [topic_metadata(ctx, t) for t in ctx.broker.topics.by_name.values()]
+    else:
+        for wanted in requested:
+            topic, error, name = _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
+            if topic is not None:
+                topics.append(topic_metadata(ctx, topic))
+            else:
+                topics.append(topic_cls(
+                    error_code=error, name=name, topic_id=getattr(wanted, "topic_id", None),
+                    is_internal=False, partitions=[], authorized_operations=None,
+                ))
+    return response_for(
+        METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
+        controller_id=ctx.broker.controller_id, topics=topics, cluster_authorized_operations=None,
+    )

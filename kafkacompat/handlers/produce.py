@@ -1,0 +1,109 @@
+"""Produce: validate each batch header and CRC, assign offsets in place, append. Per batch, never
+per record."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from kafkacompat.handlers.registry import RequestContext, handles
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.frame import ProtocolViolation
+from kafkacompat.wire.produce import (
+    NodeEndpoint,
+    ProducePartitionData,
+    ProducePartitionResult,
+    ProduceRequestData,
+    ProduceTopicResult,
+    decode_produce_request,
+    encode_produce_response,
+)
+from kafkacompat.wire.records import validate_batches
+
+log = logging.getLogger("kafkacompat.produce")
+
+PRODUCE = 0
+VALID_ACKS = (0, 1, -1)
+
+
+@dataclass(slots=True)
+class ProduceResponseData:
+    topics: list[ProduceTopicResult]
+    node_endpoints: list[NodeEndpoint] | None = None
+
+
+def _decode(version: int, body: memoryview) -> ProduceRequestData:
+    return decode_produce_request(body, version)
+
+
+def _encode(response: ProduceResponseData, version: int) -> bytes:
+    return encode_produce_response(response.topics, 0, version, response.node_endpoints)
+
+
+@handles(PRODUCE, 3, 13, decode=_decode, encode=_encode)
+async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
+    results = [
+        ProduceTopicResult(topic.name, topic.topic_id, [
+            _produce_partition(ctx, request, topic.name, topic.topic_id, data) for data in topic.partitions
+        ])
+        for topic in request.topics
+    ]
+    if request.acks == 0:
+        _close_if_failed(ctx, request, results)
+        return None
+    return ProduceResponseData(results)
+
+
+def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,
+                       data: ProducePartitionData) -> ProducePartitionResult:
+    result = ProducePartitionResult(data.index)
+    try:
+        if request.acks not in VALID_ACKS:
+            raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is not one of 0, 1, -1")
+        partition = _find_partition(ctx, name, topic_id, data.index)
+        if data.records is None:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carried null records")
+        headers = validate_batches(data.records, partition.log.config.max_message_bytes)
+        info = partition.append(data.records, headers)
+    except KafkaError as exc:
+        result.error_code = exc.code
+        result.error_message = exc.message
+        log.debug("Produce to %s-%d from %s failed: %s", name, data.index, ctx.client_id, exc)
+        return result
+    except OSError as exc:
+        log.error("Writing to %s-%d failed: %s; the producer will retry", name, data.index, exc)
+        result.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return result
+    result.base_offset = info.first_offset
+    result.log_append_time_ms = info.log_append_time
+    result.log_start_offset = info.log_start_offset
+    return result
+
+
+def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
+    broker = ctx.broker
+    if name:
+        topic = broker.topics.get(name)
+        unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        topic = broker.topics.get_by_id(topic_id) if topic_id is not None else None
+        unknown = ErrorCode.UNKNOWN_TOPIC_ID
+    if topic is None:
+        raise KafkaError(unknown, f"this broker has no topic {name or topic_id}")
+    if topic.is_internal:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"clients cannot produce to internal topic {topic.name}")
+    partition = broker.partition(topic.name, index)
+    if partition is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} has no partition {index}")
+    return partition
+
+
+def _close_if_failed(ctx: RequestContext, request: ProduceRequestData, results: list[ProduceTopicResult]) -> None:
+    """With acks=0 there is no response to carry an error, so Kafka closes the connection."""
+    for topic in results:
+        for partition in topic.partitions:
+            if partition.error_code:
+                raise ProtocolViolation(
+                    f"acks=0 produce to {topic.name or topic.topic_id}-{partition.index} failed with "
+                    f"{ErrorCode(partition.error_code).name}: {partition.error_message}"
+                )

@@ -1,0 +1,87 @@
+"""The handler registry: api key -> handler and version range. ApiVersions is derived from it.
+
+A handler is ``async def fn(request, ctx) -> response``. By default the request is decoded and
+the response encoded with kafka-python's schema classes (wire/codec.py); hot-path APIs plug in
+their own decoder and encoder. A handler that returns None sends no response (Produce acks=0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from kafkacompat.wire import codec
+from kafkacompat.wire.chunks import Chunk
+
+if TYPE_CHECKING:
+    from kafkacompat.broker import Broker
+    from kafkacompat.server import Connection
+    from kafkacompat.wire.frame import RequestHeader
+
+Decoder = Callable[[int, memoryview], Any]
+Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
+
+
+@dataclass(slots=True)
+class RequestContext:
+    broker: "Broker"
+    header: "RequestHeader"
+    connection: "Connection | None"
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    api_key: int
+    min_version: int
+    max_version: int
+    fn: Callable[[Any, RequestContext], Awaitable[Any]]
+    decode: Decoder
+    encode: Encoder
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+REGISTRY: dict[int, Handler] = {}
+
+
+def _schema_decoder(api_key: int) -> Decoder:
+    return lambda version, body: codec.decode_request(api_key, version, body)
+
+
+def _schema_encode(message: Any, version: int) -> bytes:
+    return codec.encode_response(message, version)
+
+
+def handles(
+    api_key: int,
+    min_version: int,
+    max_version: int,
+    *,
+    decode: Decoder | None = None,
+    encode: Encoder | None = None,
+) -> Callable[[Callable], Callable]:
+    """Register the decorated coroutine as the handler for ``api_key`` at these versions."""
+
+    def register(fn: Callable) -> Callable:
+        if api_key in REGISTRY:
+            raise RuntimeError(f"two handlers registered for api key {api_key}")
+        REGISTRY[api_key] = Handler(
+            api_key, min_version, max_version, fn, decode or _schema_decoder(api_key), encode or _schema_encode
+        )
+        return fn
+
+    return register
+
+
+def response_for(api_key: int, ctx: RequestContext, **fields: Any) -> Any:
+    """A kafka-python response message at the request's version."""
+    return codec.new_response(api_key, ctx.version, **fields)

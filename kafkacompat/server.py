@@ -1,0 +1,161 @@
+"""Listener and connection loop: framing, ordered responses, sendfile. No protocol knowledge
+beyond the request header; every request goes to ``Broker.dispatch``.
+
+Like Kafka, a connection processes one request at a time, so responses leave in request order.
+A connection that sends bytes that cannot be a Kafka request is logged and closed; nothing a
+client sends can reach past its own connection task.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import os
+import socket as stdlib_socket
+from typing import TYPE_CHECKING
+
+import trio
+
+from kafkacompat.wire.chunks import Chunk, FileRegion, close_chunks
+from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, parse_request_header
+
+if TYPE_CHECKING:
+    from kafkacompat.broker import Broker
+
+log = logging.getLogger("kafkacompat.server")
+
+_connection_ids = itertools.count(1)
+_SENDMSG_MAX_BUFFERS = 64
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+class Connection:
+    """One client connection: reads frames, hands them to the broker, writes responses."""
+
+    def __init__(self, broker: "Broker", sock: trio.socket.SocketType) -> None:
+        self.broker = broker
+        self.sock = sock
+        self.id = next(_connection_ids)
+        try:
+            host, port = sock.getpeername()[:2]
+            self.peer = f"{host}:{port}"
+            self.client_host = host
+        except OSError:
+            self.peer = self.client_host = "unknown"
+        self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
+        self.client_id: str | None = None
+
+    def describe(self) -> str:
+        client = f" (client id {self.client_id!r})" if self.client_id else ""
+        return f"connection {self.id} from {self.peer}{client}"
+
+    async def serve(self) -> None:
+        try:
+            while True:
+                frame = await self._read_frame()
+                if frame is None:
+                    return
+                await self._handle_frame(frame)
+        except ProtocolViolation as exc:
+            log.warning("Closing %s: %s", self.describe(), exc)
+        except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNRESET, errno.EPIPE, errno.ETIMEDOUT):
+                log.warning("Closing %s after a socket error: %s", self.describe(), exc)
+        except Exception:
+            log.exception("Closing %s after an internal error; other clients are unaffected", self.describe())
+        finally:
+            self.sock.close()
+
+    async def _read_frame(self) -> bytearray | None:
+        decoder = self.decoder
+        while True:
+            frame = decoder.next_frame()
+            if frame is not None:
+                return frame
+            count = await self.sock.recv_into(decoder.writable())
+            if count == 0:
+                if decoder.has_partial_frame():
+                    log.info("%s closed in the middle of a request", self.describe())
+                return None
+            decoder.received(count)
+
+    async def _handle_frame(self, frame: bytearray) -> None:
+        header, body_offset = parse_request_header(frame)
+        if header.client_id is not None:
+            self.client_id = header.client_id
+        chunks = await self.broker.dispatch(header, memoryview(frame)[body_offset:], self)
+        if chunks is not None:
+            try:
+                await self.send_chunks(chunks)
+            finally:
+                close_chunks(chunks)
+
+    async def send_chunks(self, chunks: list[Chunk]) -> None:
+        pending: list[Chunk] = []
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                if pending:
+                    await self._send_buffers(pending)
+                    pending = []
+                await self._send_file(chunk)
+            elif len(chunk):
+                pending.append(chunk)
+        if pending:
+            await self._send_buffers(pending)
+
+    async def _send_buffers(self, buffers: list[Chunk]) -> None:
+        views = [memoryview(b).cast("B") for b in buffers]  # type: ignore[arg-type]
+        while views:
+            sent = await self.sock.sendmsg(views[:_SENDMSG_MAX_BUFFERS])
+            while sent and views:
+                if sent >= len(views[0]):
+                    sent -= len(views[0])
+                    views.pop(0)
+                else:
+                    views[0] = views[0][sent:]
+                    sent = 0
+
+    async def _send_file(self, region: FileRegion) -> None:
+        offset, remaining = region.offset, region.length
+        fileno = self.sock.fileno()
+        while remaining > 0:
+            await trio.lowlevel.wait_writable(self.sock)
+            try:
+                sent = os.sendfile(fileno, region.fd, offset, remaining)
+            except BlockingIOError:
+                continue
+            if sent == 0:
+                raise ConnectionClosed("file shrank under an in-flight fetch")
+            offset += sent
+            remaining -= sent
+
+
+async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accept connections forever; each runs in its own task in this nursery."""
+    listener = trio.socket.socket(
+        stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET, stdlib_socket.SOCK_STREAM
+    )
+    listener.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+    await listener.bind((host, port))
+    listener.listen(1024)
+    bound_port = listener.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started(bound_port)
+        with listener:
+            while True:
+                sock, _ = await listener.accept()
+                sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+                nursery.start_soon(Connection(broker, sock).serve)
+
+
+def describe_request(header, connection: Connection) -> str:
+    return (
+        f"{api_name(header.api_key)} v{header.api_version} (correlation id {header.correlation_id}) "
+        f"on {connection.describe()}"
+    )

@@ -1,0 +1,101 @@
+"""Start and stop real kafkacompat broker processes on loopback (tests, benchmarks, tools)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+READY_MARKER = "listening on"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class BrokerProcess:
+    """A `python -m kafkacompat serve` child process with its own data dir and log file."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, broker_id: int = 0,
+                 extra_args: list[str] | None = None, log_path: Path | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.broker_id = broker_id
+        self.extra_args = list(extra_args or [])
+        self.log_path = log_path or self.data_dir.parent / f"broker-{broker_id}-{self.port}.log"
+        self.proc: subprocess.Popen | None = None
+        self._log_lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "BrokerProcess":
+        self._ready.clear()
+        cmd = [
+            sys.executable, "-m", "kafkacompat", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+            "--data-dir", str(self.data_dir), "--broker-id", str(self.broker_id), *self.extra_args,
+        ]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self._reader = threading.Thread(target=self._pump, args=(self.proc,), daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self._reader.join(2)
+                raise RuntimeError(f"broker did not start (exit {self.proc.poll()}):\n{self.output()}")
+        return self
+
+    def _pump(self, proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None
+        with open(self.log_path, "a") as sink:
+            for line in proc.stdout:
+                sink.write(line)
+                sink.flush()
+                self._log_lines.append(line)
+                if READY_MARKER in line:
+                    self._ready.set()
+
+    def output(self) -> str:
+        return "".join(self._log_lines)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"broker did not stop within {timeout}s after SIGTERM:\n{self.output()}")
+        finally:
+            if self._reader:
+                self._reader.join(5)
+
+    def kill(self) -> None:
+        """SIGKILL: an unclean stop, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self._reader:
+            self._reader.join(5)
+
+    def restart(self) -> "BrokerProcess":
+        self.stop()
+        return self.start()
+
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid

@@ -1,0 +1,293 @@
+"""Framing and headers: size prefix, request header v0-v2, response header v0/v1. Sans-IO.
+
+A connection feeds received bytes into a FrameDecoder (it hands out a writable buffer so the
+server can ``recv_into`` it without an extra copy) and takes complete frames out. Each frame is
+its own bytearray, so the Produce path can patch record batches in place and keep them past the
+next read. The claimed size is checked against socket.request.max.bytes before anything is
+allocated, and large frames grow as their bytes arrive, so a lying length costs nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_INT32 = struct.Struct(">i")
+_REQUEST_HEADER_FIXED = struct.Struct(">hhi")
+_INITIAL_BUFFER = 64 * 1024
+_LARGE_FRAME_CHUNK = 1024 * 1024
+API_VERSIONS_KEY = 18
+
+# api key -> (first flexible version or None, API name), from Kafka's message definitions.
+API_INFO: dict[int, tuple[int | None, str]] = {
+    0: (9, 'Produce'),
+    1: (12, 'Fetch'),
+    2: (6, 'ListOffsets'),
+    3: (9, 'Metadata'),
+    4: (4, 'LeaderAndIsr'),
+    5: (2, 'StopReplica'),
+    6: (6, 'UpdateMetadata'),
+    7: (3, 'ControlledShutdown'),
+    8: (8, 'OffsetCommit'),
+    9: (6, 'OffsetFetch'),
+    10: (3, 'FindCoordinator'),
+    11: (6, 'JoinGroup'),
+    12: (4, 'Heartbeat'),
+    13: (4, 'LeaveGroup'),
+    14: (4, 'SyncGroup'),
+    15: (5, 'DescribeGroups'),
+    16: (3, 'ListGroups'),
+    17: (None, 'SaslHandshake'),
+    18: (3, 'ApiVersions'),
+    19: (5, 'CreateTopics'),
+    20: (4, 'DeleteTopics'),
+    21: (2, 'DeleteRecords'),
+    22: (2, 'InitProducerId'),
+    23: (4, 'OffsetForLeaderEpoch'),
+    24: (3, 'AddPartitionsToTxn'),
+    25: (3, 'AddOffsetsToTxn'),
+    26: (3, 'EndTxn'),
+    27: (1, 'WriteTxnMarkers'),
+    28: (3, 'TxnOffsetCommit'),
+    29: (2, 'DescribeAcls'),
+    30: (2, 'CreateAcls'),
+    31: (2, 'DeleteAcls'),
+    32: (4, 'DescribeConfigs'),
+    33: (2, 'AlterConfigs'),
+    34: (2, 'AlterReplicaLogDirs'),
+    35: (2, 'DescribeLogDirs'),
+    36: (2, 'SaslAuthenticate'),
+    37: (2, 'CreatePartitions'),
+    38: (2, 'CreateDelegationToken'),
+    39: (2, 'RenewDelegationToken'),
+    40: (2, 'ExpireDelegationToken'),
+    41: (2, 'DescribeDelegationToken'),
+    42: (2, 'DeleteGroups'),
+    43: (2, 'ElectLeaders'),
+    44: (1, 'IncrementalAlterConfigs'),
+    45: (0, 'AlterPartitionReassignments'),
+    46: (0, 'ListPartitionReassignments'),
+    47: (None, 'OffsetDelete'),
+    48: (1, 'DescribeClientQuotas'),
+    49: (1, 'AlterClientQuotas'),
+    50: (0, 'DescribeUserScramCredentials'),
+    51: (0, 'AlterUserScramCredentials'),
+    52: (0, 'Vote'),
+    53: (1, 'BeginQuorumEpoch'),
+    54: (1, 'EndQuorumEpoch'),
+    55: (0, 'DescribeQuorum'),
+    56: (0, 'AlterPartition'),
+    57: (0, 'UpdateFeatures'),
+    58: (0, 'Envelope'),
+    59: (0, 'FetchSnapshot'),
+    60: (0, 'DescribeCluster'),
+    61: (0, 'DescribeProducers'),
+    62: (0, 'BrokerRegistration'),
+    63: (0, 'BrokerHeartbeat'),
+    64: (0, 'UnregisterBroker'),
+    65: (0, 'DescribeTransactions'),
+    66: (0, 'ListTransactions'),
+    67: (0, 'AllocateProducerIds'),
+    68: (0, 'ConsumerGroupHeartbeat'),
+    69: (0, 'ConsumerGroupDescribe'),
+    70: (0, 'ControllerRegistration'),
+    71: (0, 'GetTelemetrySubscriptions'),
+    72: (0, 'PushTelemetry'),
+    73: (0, 'AssignReplicasToDirs'),
+    74: (0, 'ListConfigResources'),
+    75: (0, 'DescribeTopicPartitions'),
+    76: (0, 'ShareGroupHeartbeat'),
+    77: (0, 'ShareGroupDescribe'),
+    78: (0, 'ShareFetch'),
+    79: (0, 'ShareAcknowledge'),
+    80: (0, 'AddRaftVoter'),
+    81: (0, 'RemoveRaftVoter'),
+    82: (0, 'UpdateRaftVoter'),
+    83: (0, 'InitializeShareGroupState'),
+    84: (0, 'ReadShareGroupState'),
+    85: (0, 'WriteShareGroupState'),
+    86: (0, 'DeleteShareGroupState'),
+    87: (0, 'ReadShareGroupStateSummary'),
+}
+
+
+class ProtocolViolation(ValueError):
+    """The client sent something a Kafka broker answers by closing the connection."""
+
+
+class FrameError(ProtocolViolation):
+    """The byte stream cannot be a Kafka request stream: the connection must be closed."""
+
+
+class HeaderError(ProtocolViolation):
+    """A request header that cannot be parsed or names an API/version we cannot answer."""
+
+
+def api_name(api_key: int) -> str:
+    info = API_INFO.get(api_key)
+    return info[1] if info else f"unknown API {api_key}"
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    info = API_INFO.get(api_key)
+    return info is not None and info[0] is not None and version >= info[0]
+
+
+class FrameDecoder:
+    """Turns a received byte stream into size-delimited frames."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray(_INITIAL_BUFFER)
+        self._start = 0
+        self._end = 0
+        self._large: bytearray | None = None
+        self._large_size = 0
+        self._large_filled = 0
+
+    def writable(self) -> memoryview:
+        """Where the next received bytes should go (pass to recv_into, then call received)."""
+        if self._large is not None:
+            if self._large_filled == len(self._large):
+                self._large = _grown(self._large, min(self._large_size, 2 * len(self._large)))
+            return memoryview(self._large)[self._large_filled :]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    def received(self, count: int) -> None:
+        if self._large is not None:
+            self._large_filled += count
+        else:
+            self._end += count
+
+    def has_partial_frame(self) -> bool:
+        return self._large is not None or self._end > self._start
+
+    def next_frame(self) -> bytearray | None:
+        """The next complete frame (without its size prefix), or None if more bytes are needed."""
+        if self._large is not None:
+            if self._large_filled < self._large_size:
+                return None
+            frame, self._large = self._large, None
+            return frame
+        available = self._end - self._start
+        if available < 4:
+            return None
+        size = _INT32.unpack_from(self._buf, self._start)[0]
+        if size < 0 or size > self.max_frame_bytes:
+            raise FrameError(
+                f"request size {size} is outside 0..{self.max_frame_bytes} (socket.request.max.bytes)"
+            )
+        if available - 4 >= size:
+            begin = self._start + 4
+            frame = self._buf[begin : begin + size]
+            self._start = begin + size
+            if self._start == self._end:
+                self._start = self._end = 0
+            return frame
+        if 4 + size > len(self._buf):
+            self._start_large_frame(size, available - 4)
+        return None
+
+    def _start_large_frame(self, size: int, have: int) -> None:
+        begin = self._start + 4
+        self._large = bytearray(min(size, max(_LARGE_FRAME_CHUNK, have)))
+        self._large[:have] = self._buf[begin : begin + have]
+        self._large_size = size
+        self._large_filled = have
+        self._start = self._end = 0
+
+    def _compact(self) -> None:
+        pending = self._end - self._start
+        if self._start == 0:
+            self._buf = _grown(self._buf, 2 * len(self._buf))
+            return
+        self._buf[:pending] = self._buf[self._start : self._end]
+        self._start, self._end = 0, pending
+
+
+def _grown(buffer: bytearray, size: int) -> bytearray:
+    """A larger copy (never resized in place: a caller may still hold a view of the old one)."""
+    bigger = bytearray(size)
+    bigger[: len(buffer)] = buffer
+    return bigger
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+
+def parse_request_header(frame: bytes | bytearray | memoryview) -> tuple[RequestHeader, int]:
+    """Parse the request header; return it and the offset where the request body starts.
+
+    Header v1 (api key, version, correlation id, nullable client id) for non-flexible
+    versions, v2 (v1 plus tagged fields) for flexible ones. The client id is a classic
+    nullable string even in v2.
+    """
+    if len(frame) < 8:
+        raise HeaderError(f"request of {len(frame)} bytes is too short for a request header")
+    api_key, api_version, correlation_id = _REQUEST_HEADER_FIXED.unpack_from(frame, 0)
+    if len(frame) < 10:
+        raise HeaderError("request header is truncated before the client id")
+    (client_id_len,) = struct.unpack_from(">h", frame, 8)
+    pos = 10
+    client_id: str | None = None
+    if client_id_len >= 0:
+        if pos + client_id_len > len(frame):
+            raise HeaderError("request header client id runs past the end of the request")
+        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
+        pos += client_id_len
+    elif client_id_len != -1:
+        raise HeaderError(f"request header client id has invalid length {client_id_len}")
+    flexible = is_flexible(api_key, api_version)
+    if flexible:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
+
+
+def read_uvarint(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise HeaderError("varint runs past the end of the request")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise HeaderError("varint is longer than 5 bytes")
+
+
+def skip_tagged_fields(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        if pos + size > len(buf):
+            raise HeaderError("tagged field runs past the end of the request")
+        pos += size
+    return pos
+
+
+def response_header(correlation_id: int, api_key: int, api_version: int) -> bytes:
+    """Response header v1 (with empty tagged fields) for flexible versions, v0 otherwise.
+
+    ApiVersions always answers with header v0 so clients can parse it before they know which
+    versions we speak.
+    """
+    if api_key != API_VERSIONS_KEY and is_flexible(api_key, api_version):
+        return _INT32.pack(correlation_id) + b"\x00"
+    return _INT32.pack(correlation_id)
+
+
+def frame_prefix(size: int) -> bytes:
+    return _INT32.pack(size)

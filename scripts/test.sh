@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
+# installs what is missing (kcat and Node.js from Debian, a Python venv with the test extras,
+# kafkajs from npm), then runs pytest. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+missing=()
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "== installing Debian packages: ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+VENV="${KAFKACOMPAT_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== creating $VENV"
+  python3 -m venv "$VENV"
+fi
+echo "== installing kafkacompat with its test extras"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test]'
+
+if [ ! -d compat-tests/js/node_modules/kafkajs ]; then
+  echo "== installing kafkajs"
+  (cd compat-tests/js && npm install --no-audit --no-fund --loglevel=error)
+fi
+
+echo "== running tests"
+exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"

@@ -1,0 +1,1344 @@
+"""Broker configuration: Kafka's server.properties keys, topic-level configs, and one BrokerConfig.
+
+Three data-driven tables describe what this broker understands, one entry per key, with Kafka's
+names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs) and validation:
+
+- ``BROKER_CONFIGS``: broker keys (``server.properties``), each with the topic-level config it
+  supplies the default for, if any (``log.segment.bytes`` -> ``segment.bytes``).
+- ``TOPIC_CONFIGS``: topic-level keys, each with its broker synonyms in Kafka's precedence order
+  (``retention.ms`` <- ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``).
+
+``BrokerConfig.load`` reads a Kafka ``server.properties`` (Java properties syntax), applies
+``--set key=value`` overrides, then the explicit CLI flags. Kafka's own precedence applies to the
+result: file < --set < flags. Unknown keys are logged as warnings and ignored; malformed values
+raise ``ConfigError`` naming the key, the value and what was expected, worded like Kafka's
+``ConfigException``.
+
+kafkacompat deliberately differs from Kafka's defaults in two places (see
+``KAFKACOMPAT_DEFAULTS``): ``broker.id`` is 0 (Kafka: -1, meaning "generate one in ZooKeeper", which
+we do not do) and ``log.dir`` is ``./data`` (Kafka: ``/tmp/kafka-logs``).
+
+This module is imported by the CLI before anything else, so it must stay cheap: standard library
+only, no trio, no kafka-python.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+logger = logging.getLogger("kafkacompat.config")
+
+# Config sources as DescribeConfigs reports them (DescribeConfigsResponse ConfigSource ids).
+DEFAULT_CONFIG = "DEFAULT_CONFIG"
+STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
+TOPIC_CONFIG = "TOPIC_CONFIG"
+CONFIG_SOURCE_IDS: Mapping[str, int] = MappingProxyType(
+    {
+        "UNKNOWN_CONFIG": 0,
+        TOPIC_CONFIG: 1,
+        "DYNAMIC_BROKER_CONFIG": 2,
+        "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+        STATIC_BROKER_CONFIG: 4,
+        DEFAULT_CONFIG: 5,
+        "DYNAMIC_BROKER_LOGGER_CONFIG": 6,
+        "CLIENT_METRICS_CONFIG": 7,
+        "GROUP_CONFIG": 8,
+    }
+)
+
+INT_MAX = "2147483647"
+LONG_MAX = "9223372036854775807"
+DOUBLE_MAX = "1.7976931348623157E308"  # Java's Double.toString(Double.MAX_VALUE)
+
+MS_PER_MINUTE = 60 * 1000
+MS_PER_HOUR = 60 * MS_PER_MINUTE
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used.
+
+    ``key`` is the offending config name (or CLI flag), ``value`` the bad value (None when the key
+    itself is the problem). The message is worded like Kafka's ConfigException so that it can be
+    returned as the error message of an INVALID_CONFIG response.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, value: object = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.value = value
+
+    @classmethod
+    def invalid(cls, key: str, value: object, expected: str) -> ConfigError:
+        return cls(f"Invalid value {value} for configuration {key}: {expected}", key=key, value=value)
+
+
+class ConfigType(enum.Enum):
+    """Kafka's ConfigDef types; the value is the DescribeConfigs (v3+) configType id."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+_INTEGER_BOUNDS = {
+    ConfigType.SHORT: (-(2**15), 2**15 - 1),
+    ConfigType.INT: (-(2**31), 2**31 - 1),
+    ConfigType.LONG: (-(2**63), 2**63 - 1),
+}
+_INTEGER_PATTERN = re.compile(r"[+-]?[0-9]+")
+_LIST_SEPARATOR = re.compile(r"\s*,\s*")
+
+
+def parse_value(key: str, config_type: ConfigType, raw: str | None) -> Any:
+    """Parse a config string the way Kafka's ConfigDef.parseType does (after trimming).
+
+    None stays None (an unset nullable config). Integers are int, doubles float, booleans bool,
+    lists list[str]; strings, classes and passwords stay str.
+    """
+    if raw is None:
+        return None
+    text = raw.strip()
+    if config_type is ConfigType.BOOLEAN:
+        return _parse_boolean(key, text)
+    if config_type in _INTEGER_BOUNDS:
+        return _parse_integer(key, config_type, text)
+    if config_type is ConfigType.DOUBLE:
+        return _parse_double(key, text)
+    if config_type is ConfigType.LIST:
+        return [] if not text else _LIST_SEPARATOR.split(text)
+    return text
+
+
+def _parse_boolean(key: str, text: str) -> bool:
+    lowered = text.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise ConfigError.invalid(key, text, "Expected value to be either true or false")
+
+
+def _parse_integer(key: str, config_type: ConfigType, text: str) -> int:
+    low, high = _INTEGER_BOUNDS[config_type]
+    if not _INTEGER_PATTERN.fullmatch(text) or not low <= int(text) <= high:
+        raise ConfigError.invalid(key, text, f"Not a number of type {config_type.name}")
+    return int(text)
+
+
+def _parse_double(key: str, text: str) -> float:
+    try:
+        if "_" in text:
+            raise ValueError(text)
+        return float(text)
+    except ValueError:
+        raise ConfigError.invalid(key, text, "Not a number of type DOUBLE") from None
+
+
+def format_value(value: Any) -> str | None:
+    """The string form of a typed config value, as Kafka would print it."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(item) for item in value)
+    return str(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Validators: each returns None when the parsed value is fine, or Kafka's wording of the problem.
+# ---------------------------------------------------------------------------------------------
+
+Validator = Callable[[Any], "str | None"]
+
+
+def at_least(minimum: float) -> Validator:
+    def check(value: Any) -> str | None:
+        if value is not None and value < minimum:
+            return f"Value must be at least {minimum}"
+        return None
+
+    check.__doc__ = f"[{minimum},...]"
+    return check
+
+
+def between(minimum: float, maximum: float) -> Validator:
+    def check(value: Any) -> str | None:
+        if value is None:
+            return None
+        if value < minimum:
+            return f"Value must be at least {minimum}"
+        if value > maximum:
+            return f"Value must be no more than {maximum}"
+        return None
+
+    check.__doc__ = f"[{minimum},...,{maximum}]"
+    return check
+
+
+def one_of(*allowed: str) -> Validator:
+    """Kafka's ValidString.in (case-sensitive), applied to every element when the value is a list."""
+
+    def check(value: Any) -> str | None:
+        items = value if isinstance(value, list) else [value]
+        if value is None or all(item in allowed for item in items):
+            return None
+        return "String must be one of: " + ", ".join(allowed)
+
+    check.__doc__ = "[" + ", ".join(allowed) + "]"
+    return check
+
+
+def level_between(minimum: int, maximum: int, default: int) -> Validator:
+    """Compression levels: a range, plus the codec's own 'default' sentinel (gzip's -1)."""
+
+    def check(value: Any) -> str | None:
+        if value is None or value == default or minimum <= value <= maximum:
+            return None
+        return f"Value must be between {minimum} and {maximum}, or {default}"
+
+    check.__doc__ = f"[{minimum},...,{maximum}]"
+    return check
+
+
+_THROTTLED_REPLICA = re.compile(r"[0-9]+:[0-9]+")
+
+
+def throttled_replica_list(value: Any) -> str | None:
+    if value is None or value == ["*"] or all(_THROTTLED_REPLICA.fullmatch(item) for item in value):
+        return None
+    return (
+        "Must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+_METADATA_VERSION = re.compile(r"[0-9]+\.[0-9]+(\.[0-9]+)*(-IV[0-9]+)?")
+
+
+def metadata_version(value: Any) -> str | None:
+    if value is None or _METADATA_VERSION.fullmatch(value):
+        return None
+    return "Not a valid MetadataVersion, e.g. 2.8 or 3.0-IV1"
+
+
+# ---------------------------------------------------------------------------------------------
+# The tables.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokerConfigKey:
+    """One broker config key: Kafka's name, type, default (None = unset) and documentation.
+
+    ``read_only`` mirrors Kafka's "Dynamic Update Mode": False for keys Kafka can update without a
+    restart (per-broker or cluster-wide). ``topic_config`` names the topic-level config this key
+    supplies the default for (filled in from TOPIC_CONFIGS).
+    """
+
+    name: str
+    type: ConfigType
+    default: str | None
+    importance: str
+    doc: str
+    validator: Validator | None = None
+    read_only: bool = True
+    topic_config: str | None = None
+
+    def parse(self, raw: str | None) -> Any:
+        return _parse_and_validate(self.name, self.type, self.validator, raw)
+
+
+@dataclass(frozen=True)
+class TopicConfigKey:
+    """One topic-level config key.
+
+    ``default`` is Kafka's LogConfig default, used only when no broker synonym has a value.
+    ``synonyms`` are (broker key, multiplier) pairs in Kafka's precedence order; the multiplier
+    converts the broker value to the topic's unit (log.retention.hours -> ms).
+    """
+
+    name: str
+    type: ConfigType
+    default: str | None
+    importance: str
+    doc: str
+    validator: Validator | None = None
+    synonyms: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def broker_keys(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.synonyms)
+
+    def parse(self, raw: str | None) -> Any:
+        return _parse_and_validate(self.name, self.type, self.validator, raw)
+
+
+def _parse_and_validate(key: str, config_type: ConfigType, validator: Validator | None, raw: str | None) -> Any:
+    value = parse_value(key, config_type, raw)
+    problem = validator(value) if validator is not None else None
+    if problem is not None:
+        raise ConfigError.invalid(key, raw.strip() if raw is not None else raw, problem)
+    return value
+
+
+HIGH, MEDIUM, LOW = "high", "medium", "low"
+_BOOL, _STR, _INT, _SHORT, _LONG, _DOUBLE, _LIST = (
+    ConfigType.BOOLEAN,
+    ConfigType.STRING,
+    ConfigType.INT,
+    ConfigType.SHORT,
+    ConfigType.LONG,
+    ConfigType.DOUBLE,
+    ConfigType.LIST,
+)
+
+
+def _broker(
+    name: str,
+    config_type: ConfigType,
+    default: str | None,
+    importance: str,
+    doc: str,
+    validator: Validator | None = None,
+    *,
+    dynamic: bool = False,
+) -> BrokerConfigKey:
+    return BrokerConfigKey(name, config_type, default, importance, doc, validator, read_only=not dynamic)
+
+
+_BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
+    # --- identity and cluster membership ---
+    _broker("broker.id", _INT, "-1", HIGH, "The broker id for this server."),
+    _broker("node.id", _INT, "-1", HIGH, "The node id (KRaft name); a synonym of broker.id here."),
+    _broker("broker.rack", _STR, None, MEDIUM, "Rack of the broker, used for rack-aware replica assignment."),
+    _broker("zookeeper.connect", _STR, None, HIGH,
+            "ZooKeeper connection string host:port[,host:port...][/chroot]; unset = embedded metadata store."),
+    _broker("zookeeper.session.timeout.ms", _INT, "18000", HIGH, "ZooKeeper session timeout."),
+    _broker("zookeeper.connection.timeout.ms", _INT, None, HIGH,
+            "Max time to establish a ZooKeeper connection; unset = zookeeper.session.timeout.ms."),
+    _broker("zookeeper.max.in.flight.requests", _INT, "10", HIGH,
+            "Max unacknowledged requests sent to ZooKeeper before blocking.", at_least(1)),
+    # --- listeners and the socket server ---
+    _broker("listeners", _STR, "PLAINTEXT://:9092", HIGH,
+            "Comma-separated NAME://host:port listeners; an empty host binds all interfaces.", dynamic=True),
+    _broker("advertised.listeners", _STR, None, HIGH,
+            "Listeners published to clients in Metadata, if different from listeners.", dynamic=True),
+    _broker("listener.security.protocol.map", _STR,
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL", LOW,
+            "Map between listener names and security protocols.", dynamic=True),
+    _broker("controller.listener.names", _STR, None, HIGH,
+            "Listener names used by the KRaft controller; never served to clients here."),
+    _broker("inter.broker.listener.name", _STR, None, MEDIUM, "Name of the listener used between brokers."),
+    _broker("security.inter.broker.protocol", _STR, "PLAINTEXT", MEDIUM,
+            "Security protocol used between brokers.", one_of(*SECURITY_PROTOCOLS)),
+    _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default."),
+    _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default."),
+    _broker("socket.request.max.bytes", _INT, "104857600", HIGH,
+            "The maximum number of bytes in a socket request.", at_least(1)),
+    _broker("socket.listen.backlog.size", _INT, "50", MEDIUM, "Max pending connections on the socket.", at_least(1)),
+    _broker("max.connections", _INT, INT_MAX, MEDIUM, "Max connections allowed in the broker.", at_least(0),
+            dynamic=True),
+    _broker("max.connections.per.ip", _INT, INT_MAX, MEDIUM, "Max connections allowed from each IP address.",
+            at_least(0), dynamic=True),
+    _broker("connections.max.idle.ms", _LONG, "600000", MEDIUM, "Idle connections are closed after this many ms."),
+    _broker("queued.max.requests", _INT, "500", HIGH,
+            "Queued requests allowed per connection before reading blocks.", at_least(1)),
+    _broker("request.timeout.ms", _INT, "30000", HIGH, "Timeout of the broker's own client requests."),
+    _broker("num.network.threads", _INT, "3", HIGH,
+            "Network threads (accepted for compatibility; kafkacompat runs one event loop).", at_least(1),
+            dynamic=True),
+    _broker("num.io.threads", _INT, "8", HIGH,
+            "Request handler threads (accepted for compatibility; kafkacompat runs one event loop).",
+            at_least(1), dynamic=True),
+    _broker("background.threads", _INT, "10", HIGH, "Threads for background tasks.", at_least(1), dynamic=True),
+    _broker("controlled.shutdown.enable", _BOOL, "true", MEDIUM, "Enable controlled shutdown of the server."),
+    # --- topics ---
+    _broker("num.partitions", _INT, "1", MEDIUM, "The default number of log partitions per topic.", at_least(1)),
+    _broker("default.replication.factor", _INT, "1", MEDIUM,
+            "The default replication factor for automatically created topics."),
+    _broker("auto.create.topics.enable", _BOOL, "true", HIGH, "Enable auto creation of topics on the server."),
+    _broker("delete.topic.enable", _BOOL, "true", HIGH, "Allow topics to be deleted through the admin API."),
+    _broker("message.max.bytes", _INT, "1048588", HIGH,
+            "The largest record batch size allowed (topic: max.message.bytes).", at_least(0), dynamic=True),
+    _broker("min.insync.replicas", _INT, "1", HIGH,
+            "Minimum in-sync replicas that must acknowledge an acks=all write.", at_least(1), dynamic=True),
+    _broker("unclean.leader.election.enable", _BOOL, "false", HIGH,
+            "Allow out-of-sync replicas to become leader as a last resort.", dynamic=True),
+    _broker("compression.type", _STR, "producer", HIGH,
+            "Final compression type of topics; 'producer' keeps the producer's codec.",
+            one_of(*COMPRESSION_TYPES), dynamic=True),
+    _broker("compression.gzip.level", _INT, "-1", MEDIUM, "Compression level used with compression.type=gzip.",
+            level_between(1, 9, -1), dynamic=True),
+    _broker("compression.lz4.level", _INT, "9", MEDIUM, "Compression level used with compression.type=lz4.",
+            level_between(1, 17, 9), dynamic=True),
+    _broker("compression.zstd.level", _INT, "3", MEDIUM, "Compression level used with compression.type=zstd.",
+            level_between(-131072, 22, 3), dynamic=True),
+    # --- logs ---
+    _broker("log.dirs", _STR, None, HIGH, "Comma-separated log directories; if unset, log.dir is used."),
+    _broker("log.dir", _STR, "/tmp/kafka-logs", HIGH, "The log directory (supplemental for log.dirs)."),
+    _broker("log.segment.bytes", _INT, "1073741824", HIGH, "The maximum size of a single log segment file.",
+            at_least(14), dynamic=True),
+    _broker("log.roll.ms", _LONG, None, HIGH, "Max time before a new segment is rolled; if unset, log.roll.hours.",
+            dynamic=True),
+    _broker("log.roll.hours", _INT, "168", HIGH, "Max time before a new segment is rolled, in hours.", at_least(1),
+            dynamic=True),
+    _broker("log.roll.jitter.ms", _LONG, None, HIGH,
+            "Max jitter subtracted from the roll time; if unset, log.roll.jitter.hours.", dynamic=True),
+    _broker("log.roll.jitter.hours", _INT, "0", HIGH, "Max jitter subtracted from the roll time, in hours.",
+            at_least(0), dynamic=True),
+    _broker("log.retention.ms", _LONG, None, HIGH,
+            "Time to keep a log segment; if unset, log.retention.minutes. -1 = no limit.", dynamic=True),
+    _broker("log.retention.minutes", _INT, None, HIGH,
+            "Time to keep a log segment in minutes; if unset, log.retention.hours.", dynamic=True),
+    _broker("log.retention.hours", _INT, "168", HIGH, "Time to keep a log segment in hours.", dynamic=True),
+    _broker("log.retention.bytes", _LONG, "-1", HIGH, "Max size of a partition's log before deleting old segments.",
+            dynamic=True),
+    _broker("log.retention.check.interval.ms", _LONG, "300000", MEDIUM,
+            "How often logs are checked for segments eligible for deletion.", at_least(1)),
+    _broker("log.cleanup.policy", _LIST, "delete", MEDIUM, "Default cleanup policy: delete, compact or both.",
+            one_of(*CLEANUP_POLICIES), dynamic=True),
+    _broker("log.index.size.max.bytes", _INT, "10485760", MEDIUM, "The maximum size in bytes of the offset index.",
+            at_least(4), dynamic=True),
+    _broker("log.index.interval.bytes", _INT, "4096", MEDIUM, "Bytes between entries of the offset index.",
+            at_least(0), dynamic=True),
+    _broker("log.flush.interval.messages", _LONG, LONG_MAX, HIGH, "Messages accumulated before a log is fsynced.",
+            at_least(1), dynamic=True),
+    _broker("log.flush.interval.ms", _LONG, None, HIGH,
+            "Max time a message waits before fsync; if unset, log.flush.scheduler.interval.ms.", dynamic=True),
+    _broker("log.flush.scheduler.interval.ms", _LONG, LONG_MAX, HIGH,
+            "How often the flusher checks whether a log needs an fsync."),
+    _broker("log.flush.offset.checkpoint.interval.ms", _INT, "60000", HIGH,
+            "How often the recovery point checkpoint is written.", at_least(0)),
+    _broker("log.flush.start.offset.checkpoint.interval.ms", _INT, "60000", HIGH,
+            "How often the log start offset checkpoint is written.", at_least(0)),
+    _broker("log.segment.delete.delay.ms", _LONG, "60000", HIGH, "Delay before a deleted segment file is removed.",
+            at_least(0), dynamic=True),
+    _broker("log.preallocate", _BOOL, "false", MEDIUM, "Preallocate segment files when they are created.",
+            dynamic=True),
+    _broker("log.message.timestamp.type", _STR, "CreateTime", MEDIUM,
+            "Record timestamps: CreateTime (producer's) or LogAppendTime (broker's).",
+            one_of(*TIMESTAMP_TYPES), dynamic=True),
+    _broker("log.message.timestamp.before.max.ms", _LONG, LONG_MAX, MEDIUM,
+            "Max allowed age of a CreateTime timestamp relative to the broker's clock.", at_least(0),
+            dynamic=True),
+    _broker("log.message.timestamp.after.max.ms", _LONG, LONG_MAX, MEDIUM,
+            "Max allowed lead of a CreateTime timestamp over the broker's clock.", at_least(0), dynamic=True),
+    _broker("log.message.timestamp.difference.max.ms", _LONG, LONG_MAX, MEDIUM,
+            "Deprecated: max difference between record and broker timestamps.", at_least(0), dynamic=True),
+    _broker("log.message.format.version", _STR, "3.0-IV1", MEDIUM, "Deprecated: message format version.",
+            metadata_version),
+    _broker("log.message.downconversion.enable", _BOOL, "true", LOW,
+            "Allow down-conversion of record formats for old consumers.", dynamic=True),
+    _broker("log.local.retention.ms", _LONG, "-2", MEDIUM,
+            "Tiered storage: local retention time; -2 = log.retention.ms.", at_least(-2), dynamic=True),
+    _broker("log.local.retention.bytes", _LONG, "-2", MEDIUM,
+            "Tiered storage: local retention size; -2 = log.retention.bytes.", at_least(-2), dynamic=True),
+    _broker("num.recovery.threads.per.data.dir", _INT, "1", HIGH,
+            "Threads per data directory for log recovery at startup.", at_least(1), dynamic=True),
+    _broker("log.cleaner.enable", _BOOL, "true", MEDIUM, "Run the log cleaner (needed for compacted topics)."),
+    _broker("log.cleaner.threads", _INT, "1", MEDIUM, "Background threads for log cleaning.", at_least(0),
+            dynamic=True),
+    _broker("log.cleaner.backoff.ms", _LONG, "15000", MEDIUM, "Sleep time when there are no logs to clean.",
+            at_least(0), dynamic=True),
+    _broker("log.cleaner.dedupe.buffer.size", _LONG, "134217728", MEDIUM,
+            "Total memory for log deduplication across cleaner threads.", dynamic=True),
+    _broker("log.cleaner.io.buffer.size", _INT, "524288", MEDIUM, "Total memory for cleaner I/O buffers.",
+            at_least(0), dynamic=True),
+    _broker("log.cleaner.io.buffer.load.factor", _DOUBLE, "0.9", MEDIUM, "Load factor of the dedupe buffer.",
+            dynamic=True),
+    _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, DOUBLE_MAX, MEDIUM, "Throttle of the log cleaner's I/O.",
+            dynamic=True),
+    _broker("log.cleaner.delete.retention.ms", _LONG, "86400000", MEDIUM,
+            "How long tombstones are kept in compacted topics.", at_least(0), dynamic=True),
+    _broker("log.cleaner.min.compaction.lag.ms", _LONG, "0", MEDIUM,
+            "Minimum time a record stays uncompacted.", at_least(0), dynamic=True),
+    _broker("log.cleaner.max.compaction.lag.ms", _LONG, LONG_MAX, MEDIUM,
+            "Maximum time a record stays ineligible for compaction.", at_least(1), dynamic=True),
+    _broker("log.cleaner.min.cleanable.ratio", _DOUBLE, "0.5", MEDIUM,
+            "Minimum dirty/total ratio for a log to be cleaned.", between(0, 1), dynamic=True),
+    # --- replication ---
+    _broker("replica.lag.time.max.ms", _LONG, "30000", HIGH,
+            "A follower that has not caught up for this long is removed from the ISR."),
+    _broker("replica.socket.timeout.ms", _INT, "30000", HIGH, "Socket timeout of follower fetch requests."),
+    _broker("replica.socket.receive.buffer.bytes", _INT, "65536", HIGH, "Socket receive buffer of followers."),
+    _broker("replica.fetch.max.bytes", _INT, "1048576", MEDIUM, "Bytes per partition a follower tries to fetch.",
+            at_least(0)),
+    _broker("replica.fetch.wait.max.ms", _INT, "500", MEDIUM, "Max wait of a follower fetch request."),
+    _broker("replica.fetch.min.bytes", _INT, "1", HIGH, "Minimum bytes of a follower fetch response."),
+    _broker("replica.fetch.backoff.ms", _INT, "1000", MEDIUM, "Sleep after a follower fetch error.", at_least(0)),
+    _broker("replica.fetch.response.max.bytes", _INT, "10485760", MEDIUM,
+            "Max bytes of a whole follower fetch response.", at_least(0)),
+    _broker("num.replica.fetchers", _INT, "1", HIGH, "Fetcher tasks per source broker.", dynamic=True),
+    _broker("replica.high.watermark.checkpoint.interval.ms", _LONG, "5000", HIGH,
+            "How often the high watermark checkpoint is written."),
+    _broker("fetch.purgatory.purge.interval.requests", _INT, "1000", MEDIUM, "Purge interval of the fetch purgatory."),
+    _broker("producer.purgatory.purge.interval.requests", _INT, "1000", MEDIUM,
+            "Purge interval of the producer purgatory."),
+    _broker("fetch.max.bytes", _INT, "57671680", MEDIUM, "Max bytes returned for one fetch request.", at_least(1024)),
+    _broker("max.incremental.fetch.session.cache.slots", _INT, "1000", MEDIUM,
+            "Max incremental fetch sessions kept.", at_least(0)),
+    _broker("auto.leader.rebalance.enable", _BOOL, "true", HIGH, "Move leadership back to preferred replicas."),
+    _broker("leader.imbalance.per.broker.percentage", _INT, "10", HIGH,
+            "Leader imbalance per broker (percent) that triggers a rebalance."),
+    _broker("leader.imbalance.check.interval.seconds", _LONG, "300", HIGH, "How often leader balance is checked.",
+            at_least(1)),
+    _broker("controller.socket.timeout.ms", _INT, "30000", MEDIUM, "Socket timeout of controller-to-broker channels."),
+    # --- consumer groups and offsets ---
+    _broker("group.min.session.timeout.ms", _INT, "6000", MEDIUM, "Minimum session timeout of group members."),
+    _broker("group.max.session.timeout.ms", _INT, "1800000", MEDIUM, "Maximum session timeout of group members."),
+    _broker("group.initial.rebalance.delay.ms", _INT, "3000", MEDIUM,
+            "Wait for more members before the first rebalance of an empty group."),
+    _broker("group.max.size", _INT, INT_MAX, MEDIUM, "Maximum number of members in one group.", at_least(1)),
+    _broker("offset.metadata.max.bytes", _INT, "4096", HIGH, "Max size of the metadata of an offset commit."),
+    _broker("offsets.load.buffer.size", _INT, "5242880", HIGH, "Read batch size when loading offsets.", at_least(1)),
+    _broker("offsets.topic.replication.factor", _SHORT, "3", HIGH, "Replication factor of __consumer_offsets.",
+            at_least(1)),
+    _broker("offsets.topic.num.partitions", _INT, "50", HIGH, "Number of partitions of __consumer_offsets.",
+            at_least(1)),
+    _broker("offsets.topic.segment.bytes", _INT, "104857600", HIGH, "Segment size of __consumer_offsets.",
+            at_least(1)),
+    _broker("offsets.topic.compression.codec", _INT, "0", HIGH, "Compression codec of __consumer_offsets."),
+    _broker("offsets.retention.minutes", _INT, "10080", HIGH,
+            "Committed offsets of an empty group are kept this long.", at_least(1)),
+    _broker("offsets.retention.check.interval.ms", _LONG, "600000", HIGH, "How often stale offsets are looked for.",
+            at_least(1)),
+    _broker("offsets.commit.timeout.ms", _INT, "5000", HIGH,
+            "Max wait for the offsets topic to acknowledge a commit.", at_least(1)),
+    _broker("offsets.commit.required.acks", _SHORT, "-1", HIGH, "Deprecated: acks required for an offset commit."),
+    # --- transactions and idempotent producers ---
+    _broker("transactional.id.expiration.ms", _INT, "604800000", HIGH,
+            "An idle transactional id expires after this long.", at_least(1)),
+    _broker("transaction.max.timeout.ms", _INT, "900000", HIGH, "Maximum allowed transaction timeout.", at_least(1)),
+    _broker("transaction.state.log.min.isr", _INT, "2", HIGH, "min.insync.replicas of __transaction_state.",
+            at_least(1)),
+    _broker("transaction.state.log.load.buffer.size", _INT, "5242880", HIGH,
+            "Read batch size when loading transaction state.", at_least(1)),
+    _broker("transaction.state.log.replication.factor", _SHORT, "3", HIGH,
+            "Replication factor of __transaction_state.", at_least(1)),
+    _broker("transaction.state.log.num.partitions", _INT, "50", HIGH, "Number of partitions of __transaction_state.",
+            at_least(1)),
+    _broker("transaction.state.log.segment.bytes", _INT, "104857600", HIGH, "Segment size of __transaction_state.",
+            at_least(1)),
+    _broker("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, "10000", LOW,
+            "How often timed-out transactions are rolled back.", at_least(1)),
+    _broker("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, "3600000", LOW,
+            "How often expired transactional ids are removed.", at_least(1)),
+    _broker("transaction.partition.verification.enable", _BOOL, "true", LOW,
+            "Verify that a partition was added to the transaction before appending.", dynamic=True),
+    _broker("producer.id.expiration.ms", _INT, "86400000", LOW,
+            "Producer state of an idle producer id expires after this long.", at_least(1), dynamic=True),
+    _broker("producer.id.expiration.check.interval.ms", _INT, "600000", LOW,
+            "How often expired producer ids are removed.", at_least(1)),
+)
+
+
+def _topic(
+    name: str,
+    config_type: ConfigType,
+    default: str | None,
+    doc: str,
+    validator: Validator | None = None,
+    *synonyms: str | tuple[str, int],
+) -> TopicConfigKey:
+    pairs = tuple(s if isinstance(s, tuple) else (s, 1) for s in synonyms)
+    return TopicConfigKey(name, config_type, default, MEDIUM, doc, validator, pairs)
+
+
+_TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
+    _topic("cleanup.policy", _LIST, "delete", "Retention policy for old segments: delete, compact or both.",
+           one_of(*CLEANUP_POLICIES), "log.cleanup.policy"),
+    _topic("compression.type", _STR, "producer", "Final compression type; 'producer' keeps the producer's codec.",
+           one_of(*COMPRESSION_TYPES), "compression.type"),
+    _topic("compression.gzip.level", _INT, "-1", "Compression level used with compression.type=gzip.",
+           level_between(1, 9, -1), "compression.gzip.level"),
+    _topic("compression.lz4.level", _INT, "9", "Compression level used with compression.type=lz4.",
+           level_between(1, 17, 9), "compression.lz4.level"),
+    _topic("compression.zstd.level", _INT, "3", "Compression level used with compression.type=zstd.",
+           level_between(-131072, 22, 3), "compression.zstd.level"),
+    _topic("delete.retention.ms", _LONG, "86400000", "How long tombstones are kept in a compacted topic.",
+           at_least(0), "log.cleaner.delete.retention.ms"),
+    _topic("file.delete.delay.ms", _LONG, "60000", "Delay before a deleted segment file is removed.",
+           at_least(0), "log.segment.delete.delay.ms"),
+    _topic("flush.messages", _LONG, LONG_MAX, "Messages accumulated before the log is fsynced.",
+           at_least(1), "log.flush.interval.messages"),
+    _topic("flush.ms", _LONG, LONG_MAX, "Max time a message waits before the log is fsynced.",
+           at_least(0), "log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    _topic("follower.replication.throttled.replicas", _LIST, "", "Replicas whose follower fetches are throttled.",
+           throttled_replica_list),
+    _topic("index.interval.bytes", _INT, "4096", "Bytes between entries of the offset index.",
+           at_least(0), "log.index.interval.bytes"),
+    _topic("leader.replication.throttled.replicas", _LIST, "", "Replicas whose leader side is throttled.",
+           throttled_replica_list),
+    _topic("local.retention.bytes", _LONG, "-2", "Tiered storage: local retention size; -2 = retention.bytes.",
+           at_least(-2), "log.local.retention.bytes"),
+    _topic("local.retention.ms", _LONG, "-2", "Tiered storage: local retention time; -2 = retention.ms.",
+           at_least(-2), "log.local.retention.ms"),
+    _topic("max.compaction.lag.ms", _LONG, LONG_MAX, "Maximum time a record stays ineligible for compaction.",
+           at_least(1), "log.cleaner.max.compaction.lag.ms"),
+    _topic("max.message.bytes", _INT, "1048588", "The largest record batch size allowed.",
+           at_least(0), "message.max.bytes"),
+    _topic("message.downconversion.enable", _BOOL, "true", "Allow down-conversion for old consumers.",
+           None, "log.message.downconversion.enable"),
+    _topic("message.format.version", _STR, "3.0-IV1", "Deprecated: message format version.",
+           metadata_version, "log.message.format.version"),
+    _topic("message.timestamp.after.max.ms", _LONG, LONG_MAX, "Max lead of a CreateTime timestamp over the broker.",
+           at_least(0), "log.message.timestamp.after.max.ms"),
+    _topic("message.timestamp.before.max.ms", _LONG, LONG_MAX, "Max age of a CreateTime timestamp at append.",
+           at_least(0), "log.message.timestamp.before.max.ms"),
+    _topic("message.timestamp.difference.max.ms", _LONG, LONG_MAX, "Deprecated: max record/broker timestamp gap.",
+           at_least(0), "log.message.timestamp.difference.max.ms"),
+    _topic("message.timestamp.type", _STR, "CreateTime", "CreateTime (producer's) or LogAppendTime (broker's).",
+           one_of(*TIMESTAMP_TYPES), "log.message.timestamp.type"),
+    _topic("min.cleanable.dirty.ratio", _DOUBLE, "0.5", "Minimum dirty/total ratio for the log to be cleaned.",
+           between(0, 1), "log.cleaner.min.cleanable.ratio"),
+    _topic("min.compaction.lag.ms", _LONG, "0", "Minimum time a record stays uncompacted.",
+           at_least(0), "log.cleaner.min.compaction.lag.ms"),
+    _topic("min.insync.replicas", _INT, "1", "Minimum in-sync replicas that must acknowledge an acks=all write.",
+           at_least(1), "min.insync.replicas"),
+    _topic("preallocate", _BOOL, "false", "Preallocate segment files when they are created.",
+           None, "log.preallocate"),
+    _topic("remote.log.copy.disable", _BOOL, "false", "Tiered storage: stop copying segments to remote storage."),
+    _topic("remote.log.delete.on.disable", _BOOL, "false", "Tiered storage: delete remote data when disabled."),
+    _topic("remote.storage.enable", _BOOL, "false", "Tiered storage: enable remote storage for the topic."),
+    _topic("retention.bytes", _LONG, "-1", "Max size of a partition's log before old segments are deleted.",
+           None, "log.retention.bytes"),
+    _topic("retention.ms", _LONG, "604800000", "Time a segment is kept before deletion; -1 = no limit.",
+           at_least(-1), "log.retention.ms", ("log.retention.minutes", MS_PER_MINUTE),
+           ("log.retention.hours", MS_PER_HOUR)),
+    _topic("segment.bytes", _INT, "1073741824", "The maximum size of a single log segment file.",
+           at_least(14), "log.segment.bytes"),
+    _topic("segment.index.bytes", _INT, "10485760", "The maximum size in bytes of the offset index.",
+           at_least(4), "log.index.size.max.bytes"),
+    _topic("segment.jitter.ms", _LONG, "0", "Max random jitter subtracted from segment.ms.",
+           at_least(0), "log.roll.jitter.ms", ("log.roll.jitter.hours", MS_PER_HOUR)),
+    _topic("segment.ms", _LONG, "604800000", "Time after which a segment is rolled even if not full.",
+           at_least(1), "log.roll.ms", ("log.roll.hours", MS_PER_HOUR)),
+    _topic("unclean.leader.election.enable", _BOOL, "false", "Allow out-of-sync replicas to become leader.",
+           None, "unclean.leader.election.enable"),
+)
+
+TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({key.name: key for key in _TOPIC_CONFIG_LIST})
+
+
+def _with_topic_links(keys: Iterable[BrokerConfigKey]) -> dict[str, BrokerConfigKey]:
+    topic_for_broker_key = {
+        broker_key: topic.name for topic in _TOPIC_CONFIG_LIST for broker_key in topic.broker_keys
+    }
+    return {key.name: replace(key, topic_config=topic_for_broker_key.get(key.name)) for key in keys}
+
+
+BROKER_CONFIGS: Mapping[str, BrokerConfigKey] = MappingProxyType(_with_topic_links(_BROKER_CONFIG_LIST))
+
+# Where kafkacompat's default differs from Kafka's (BROKER_CONFIGS keeps Kafka's), and why:
+KAFKACOMPAT_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "broker.id": "0",  # Kafka: -1 = generate an id in ZooKeeper, which kafkacompat does not do.
+        "node.id": "0",  # a synonym of broker.id (as in Kafka), so it follows broker.id's default.
+        "log.dir": "./data",  # Kafka: /tmp/kafka-logs; a relative default suits a dev broker better.
+    }
+)
+
+
+def default_broker_values() -> dict[str, str | None]:
+    """Every broker key's value when nothing is configured (kafkacompat's defaults)."""
+    return {name: KAFKACOMPAT_DEFAULTS.get(name, key.default) for name, key in BROKER_CONFIGS.items()}
+
+
+def default_broker_sources() -> dict[str, str]:
+    return {name: DEFAULT_CONFIG for name in BROKER_CONFIGS}
+
+
+def broker_config_synonyms(broker_key: str) -> list[str]:
+    """The broker keys Kafka lists as synonyms of ``broker_key`` in DescribeConfigs, in precedence
+    order starting at ``broker_key`` itself (log.retention.minutes -> [minutes, hours])."""
+    topic_key = BROKER_CONFIGS[broker_key].topic_config
+    group = list(TOPIC_CONFIGS[topic_key].broker_keys) if topic_key else [broker_key]
+    return group[group.index(broker_key):] if broker_key in group else [broker_key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Java properties files.
+# ---------------------------------------------------------------------------------------------
+
+_PROPERTY_WHITESPACE = " \t\f"
+_SIMPLE_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text exactly as java.util.Properties.load does.
+
+    Comments start with ``#`` or ``!`` (first non-blank character of a line); the key ends at the
+    first unescaped ``=``, ``:`` or whitespace; a line ending in an odd number of backslashes
+    continues on the next line (whose leading whitespace is dropped); ``\\t \\n \\r \\f \\uXXXX``
+    and ``\\<any>`` escapes are decoded in keys and values. The last duplicate key wins.
+    """
+    properties: dict[str, str] = {}
+    for line in _logical_lines(text):
+        raw_key, raw_value = _split_key_value(line)
+        properties[_unescape(raw_key)] = _unescape(raw_value)
+    return properties
+
+
+def _natural_lines(text: str) -> Iterator[str]:
+    return iter(re.split(r"\r\n|\r|\n", text))
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    lines = _natural_lines(text)
+    for line in lines:
+        stripped = line.lstrip(_PROPERTY_WHITESPACE)
+        if not stripped or stripped[0] in "#!":
+            continue
+        logical = stripped
+        while _ends_with_continuation(logical):
+            logical = logical[:-1]
+            following = next(lines, None)
+            if following is None:
+                break
+            logical += following.lstrip(_PROPERTY_WHITESPACE)
+        yield logical
+
+
+def _ends_with_continuation(line: str) -> bool:
+    trailing_backslashes = len(line) - len(line.rstrip("\\"))
+    return trailing_backslashes % 2 == 1
+
+
+def _split_key_value(line: str) -> tuple[str, str]:
+    key_end = len(line)
+    value_start = len(line)
+    has_separator = False
+    escaped = False
+    for index, char in enumerate(line):
+        if not escaped and char in "=:":
+            key_end, value_start, has_separator = index, index + 1, True
+            break
+        if not escaped and char in _PROPERTY_WHITESPACE:
+            key_end, value_start = index, index + 1
+            break
+        escaped = char == "\\" and not escaped
+    while value_start < len(line):
+        char = line[value_start]
+        if char not in _PROPERTY_WHITESPACE:
+            if has_separator or char not in "=:":
+                break
+            has_separator = True
+        value_start += 1
+    return line[:key_end], line[value_start:]
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        index += 1
+        if char != "\\":
+            out.append(char)
+            continue
+        if index >= len(text):
+            break  # a lone trailing backslash is dropped, as Java does at end of input
+        escaped = text[index]
+        index += 1
+        if escaped == "u":
+            digits = text[index:index + 4]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise ConfigError(f"Malformed \\uxxxx encoding in properties: \\u{digits}")
+            out.append(chr(int(digits, 16)))
+            index += 4
+        else:
+            out.append(_SIMPLE_ESCAPES.get(escaped, escaped))
+    return "".join(out)
+
+
+def load_properties(path: Path | str) -> dict[str, str]:
+    """Read a properties file. UTF-8 is tried first; Java's ISO-8859-1 is the fallback."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read config file {path}: {exc.strerror or exc}", key=str(path)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")
+    return parse_properties(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Listeners.
+# ---------------------------------------------------------------------------------------------
+
+_LISTENER_PATTERN = re.compile(r"(?P<name>[^:/]+)://(?:\[(?P<ipv6>[0-9a-zA-Z:.%]*)\]|(?P<host>[^:\[\]]*)):(?P<port>-?[0-9]+)")
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One ``NAME://host:port`` entry of listeners / advertised.listeners (name upper-cased)."""
+
+    name: str
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.name}://{host}:{self.port}"
+
+
+def parse_listeners(key: str, value: str | None) -> list[Listener]:
+    """Parse a comma-separated listener list; names must be unique, ports in 0..65535."""
+    if value is None or not value.strip():
+        return []
+    listeners = [_parse_listener(key, item) for item in _LIST_SEPARATOR.split(value.strip())]
+    names = [listener.name for listener in listeners]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ConfigError.invalid(key, value, f"Each listener must have a different name, repeated: {duplicates}")
+    return listeners
+
+
+def _parse_listener(key: str, text: str) -> Listener:
+    match = _LISTENER_PATTERN.fullmatch(text)
+    if match is None:
+        raise ConfigError.invalid(key, text, "Expected NAME://host:port, e.g. PLAINTEXT://0.0.0.0:9092")
+    port = int(match["port"])
+    if not 0 <= port <= 65535:
+        raise ConfigError.invalid(key, text, "port must be between 0 and 65535")
+    host = match["ipv6"] if match["ipv6"] is not None else match["host"]
+    return Listener(match["name"].upper(), host, port)
+
+
+def format_listeners(listeners: Iterable[Listener]) -> str:
+    return ",".join(str(listener) for listener in listeners)
+
+
+def _parse_protocol_map(value: str) -> dict[str, str]:
+    key = "listener.security.protocol.map"
+    protocols: dict[str, str] = {}
+    for entry in _LIST_SEPARATOR.split(value.strip()) if value.strip() else []:
+        name, _, protocol = entry.partition(":")
+        if not name or protocol.upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError.invalid(
+                key, value, "Expected NAME:PROTOCOL entries with PROTOCOL in " + ", ".join(SECURITY_PROTOCOLS)
+            )
+        protocols[name.strip().upper()] = protocol.upper()
+    return protocols
+
+
+def _served_listener_index(listeners: Sequence[Listener], controller_names: Sequence[str]) -> int:
+    for index, listener in enumerate(listeners):
+        if listener.name not in controller_names:
+            return index
+    raise ConfigError.invalid("listeners", format_listeners(listeners), "no listener left to serve clients on")
+
+
+def _controller_listener_names(value: str | None) -> list[str]:
+    return [name.upper() for name in parse_value("controller.listener.names", _LIST, value or "")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Topic configs.
+# ---------------------------------------------------------------------------------------------
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check topic config overrides (CreateTopics, AlterConfigs) and return them as a plain dict.
+
+    Raises ConfigError (-> INVALID_CONFIG) for unknown names ("Unknown topic config name: x"),
+    null values, values that do not parse or fail Kafka's validation, and
+    min.compaction.lag.ms > max.compaction.lag.ms.
+    """
+    unknown = [name for name in configs if name not in TOPIC_CONFIGS]
+    if unknown:
+        raise ConfigError(f"Unknown topic config name: {unknown[0]}", key=unknown[0])
+    nulls = [name for name, value in configs.items() if value is None]
+    if nulls:
+        raise ConfigError(f"Null value not supported for topic configs: {','.join(nulls)}", key=nulls[0])
+    validated = {name: str(value) for name, value in configs.items()}
+    typed = parse_topic_configs(validated)
+    _check_compaction_lags(typed)
+    return validated
+
+
+def parse_topic_configs(configs: Mapping[str, str]) -> dict[str, Any]:
+    """Typed values of topic configs (int, float, bool, list[str], str); raises ConfigError."""
+    typed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        key = TOPIC_CONFIGS.get(name)
+        if key is None:
+            raise ConfigError(f"Unknown topic config name: {name}", key=name)
+        typed[name] = key.parse(raw)
+    return typed
+
+
+def _check_compaction_lags(typed: Mapping[str, Any]) -> None:
+    min_lag = typed.get("min.compaction.lag.ms", int(TOPIC_CONFIGS["min.compaction.lag.ms"].default or 0))
+    max_lag = typed.get("max.compaction.lag.ms", int(TOPIC_CONFIGS["max.compaction.lag.ms"].default or 0))
+    if min_lag > max_lag:
+        raise ConfigError(
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > max.compaction.lag.ms ({max_lag})",
+            key="min.compaction.lag.ms",
+            value=min_lag,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# BrokerConfig.
+# ---------------------------------------------------------------------------------------------
+
+_NO_OVERRIDES: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass
+class BrokerConfig:
+    """Everything the broker is configured with.
+
+    Typed attributes named after Kafka keys (``num_partitions`` <- ``num.partitions``) hold the
+    parsed values; ``host``/``port``/``listener_name`` come from the served listener,
+    ``advertised_host``/``advertised_port`` from advertised.listeners, ``data_dir`` from log.dirs /
+    log.dir. ``values`` holds every broker key's effective value as a string (None for unset
+    nullable keys) and ``sources`` whether it came from defaults ('DEFAULT_CONFIG') or from the
+    file, --set or CLI flags ('STATIC_BROKER_CONFIG') -- what DescribeConfigs reports.
+
+    Build it with ``BrokerConfig.load(...)``. Constructing it directly (e.g. in tests) is fine too:
+    attributes that differ from ``values`` are written back into ``values`` as static configs, so
+    DescribeConfigs never disagrees with what the broker actually uses.
+    """
+
+    broker_id: int = 0
+    host: str = "0.0.0.0"
+    port: int = 9092
+    listener_name: str = "PLAINTEXT"
+    security_protocol: str = "PLAINTEXT"
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    data_dir: Path = Path("./data")
+    broker_rack: str | None = None
+    # metadata store
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18000
+    zookeeper_connection_timeout_ms: int | None = None  # None: use zookeeper_session_timeout_ms
+    # socket server
+    socket_request_max_bytes: int = 104857600
+    socket_send_buffer_bytes: int = 102400
+    socket_receive_buffer_bytes: int = 102400
+    connections_max_idle_ms: int = 600000
+    queued_max_requests: int = 500
+    max_connections: int = 2147483647
+    max_connections_per_ip: int = 2147483647
+    request_timeout_ms: int = 30000
+    controlled_shutdown_enable: bool = True
+    # topics
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    auto_create_topics_enable: bool = True
+    delete_topic_enable: bool = True
+    message_max_bytes: int = 1048588
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    # log manager (per-topic log settings: see topic_defaults())
+    log_retention_check_interval_ms: int = 300000
+    log_flush_scheduler_interval_ms: int = 9223372036854775807
+    log_flush_offset_checkpoint_interval_ms: int = 60000
+    log_flush_start_offset_checkpoint_interval_ms: int = 60000
+    num_recovery_threads_per_data_dir: int = 1
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15000
+    log_cleaner_dedupe_buffer_size: int = 134217728
+    log_cleaner_io_buffer_size: int = 524288
+    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
+    # replication
+    replica_lag_time_max_ms: int = 30000
+    replica_socket_timeout_ms: int = 30000
+    replica_fetch_max_bytes: int = 1048576
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    replica_fetch_response_max_bytes: int = 10485760
+    num_replica_fetchers: int = 1
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    fetch_max_bytes: int = 57671680
+    max_incremental_fetch_session_cache_slots: int = 1000
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: int = 10
+    leader_imbalance_check_interval_seconds: int = 300
+    controller_socket_timeout_ms: int = 30000
+    # consumer groups and offsets
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1800000
+    group_initial_rebalance_delay_ms: int = 3000
+    group_max_size: int = 2147483647
+    offset_metadata_max_bytes: int = 4096
+    offsets_load_buffer_size: int = 5242880
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_segment_bytes: int = 104857600
+    offsets_topic_compression_codec: int = 0
+    offsets_retention_minutes: int = 10080
+    offsets_retention_check_interval_ms: int = 600000
+    offsets_commit_timeout_ms: int = 5000
+    # transactions and idempotent producers
+    transactional_id_expiration_ms: int = 604800000
+    transaction_max_timeout_ms: int = 900000
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_load_buffer_size: int = 5242880
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_segment_bytes: int = 104857600
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
+    transaction_partition_verification_enable: bool = True
+    producer_id_expiration_ms: int = 86400000
+    producer_id_expiration_check_interval_ms: int = 600000
+    # what DescribeConfigs reports
+    values: dict[str, str | None] = field(default_factory=default_broker_values, repr=False)
+    sources: dict[str, str] = field(default_factory=default_broker_sources, repr=False)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        _write_attributes_into_values(self)
+
+    # -- loading --------------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        config_file: Path | str | None = None,
+        overrides: Mapping[str, str] = _NO_OVERRIDES,
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        data_dir: Path | str | None = None,
+        broker_id: int | None = None,
+        advertised_host: str | None = None,
+    ) -> BrokerConfig:
+        """Read ``config_file`` (Kafka server.properties), apply ``overrides`` (--set), then the
+        explicit CLI flags, which win. Unknown keys are warned about and ignored; bad values raise
+        ConfigError."""
+        configured: dict[str, str] = {}
+        if config_file is not None:
+            configured.update(load_properties(config_file))
+        configured.update({str(key): str(value) for key, value in overrides.items()})
+        static = {key: value.strip() for key, value in _known_keys_only(configured).items()}
+        _apply_cli_flags(
+            static, host=host, port=port, data_dir=data_dir, broker_id=broker_id, advertised_host=advertised_host
+        )
+        return cls._from_static_configs(static)
+
+    @classmethod
+    def _from_static_configs(cls, static: Mapping[str, str]) -> BrokerConfig:
+        values = default_broker_values()
+        sources = default_broker_sources()
+        for key, value in static.items():
+            values[key] = value
+            sources[key] = STATIC_BROKER_CONFIG
+        typed = {key: BROKER_CONFIGS[key].parse(value) for key, value in values.items()}
+        broker_id = _reconcile_broker_and_node_id(values, sources, typed)
+        served, advertised, protocol = _resolve_listeners(typed)
+        _check_retention_ms(typed)
+        attributes = {attr: typed[key] for attr, key in _ATTRIBUTE_KEYS.items()}
+        attributes.update(
+            broker_id=broker_id,
+            host=served.host or "0.0.0.0",
+            port=served.port,
+            listener_name=served.name,
+            security_protocol=protocol,
+            advertised_host=(advertised.host or None) if advertised else None,
+            advertised_port=advertised.port if advertised else None,
+            data_dir=_resolve_data_dir(typed),
+            zookeeper_connect=typed["zookeeper.connect"] or None,
+        )
+        return cls(**attributes, values=values, sources=sources)
+
+    # -- topic defaults -------------------------------------------------------------------------
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Every topic config's default on this broker, as a string (broker synonyms applied with
+        Kafka's precedence and unit conversion, e.g. retention.ms from log.retention.*)."""
+        return {name: self._topic_default(key)[0] for name, key in TOPIC_CONFIGS.items()}
+
+    def effective_topic_config(self, overrides: Mapping[str, str | None]) -> dict[str, str]:
+        """A topic's full config: topic_defaults() with the topic's (validated) overrides on top.
+        A None override means 'no override'."""
+        effective = self.topic_defaults()
+        effective.update({name: value for name, value in overrides.items() if value is not None})
+        return effective
+
+    def topic_default_origin(self, topic_key: str) -> tuple[str | None, str]:
+        """(broker key that supplied the default or None, its source), for DescribeConfigs of a
+        topic config without an override."""
+        _, broker_key = self._topic_default(TOPIC_CONFIGS[topic_key])
+        if broker_key is None:
+            return None, DEFAULT_CONFIG
+        return broker_key, self.sources[broker_key]
+
+    def config_synonyms(self, broker_keys: Sequence[str]) -> list[tuple[str, str | None, str]]:
+        """DescribeConfigs synonyms, as Kafka orders them: (name, value, source) for every key in
+        ``broker_keys`` set statically, then every one with a non-null default."""
+        static = [(k, self.values[k], STATIC_BROKER_CONFIG) for k in broker_keys if self.sources[k] != DEFAULT_CONFIG]
+        defaults = [
+            (k, self.values[k], DEFAULT_CONFIG)
+            for k in broker_keys
+            if self.sources[k] == DEFAULT_CONFIG and self.values[k] is not None
+        ]
+        return static + defaults
+
+    def topic_config_synonyms(self, topic_key: str) -> list[tuple[str, str | None, str]]:
+        """Broker synonyms of a topic config (add the topic's own override in front yourself)."""
+        return self.config_synonyms(TOPIC_CONFIGS[topic_key].broker_keys)
+
+    def _topic_default(self, key: TopicConfigKey) -> tuple[str, str | None]:
+        for broker_key, multiplier in key.synonyms:
+            raw = self.values.get(broker_key)
+            if raw is None:
+                continue
+            if key.name == "retention.ms":  # Kafka: any negative log.retention.* means unlimited (-1)
+                millis = int(raw) * multiplier
+                return str(millis if millis >= 0 else -1), broker_key
+            return (raw if multiplier == 1 else str(int(raw) * multiplier)), broker_key
+        return key.default or "", None
+
+    # -- addresses ------------------------------------------------------------------------------
+
+    def advertised_endpoint(self) -> tuple[str, int]:
+        """(host, port) to publish in Metadata: advertised.listeners, else the listen address, with
+        a wildcard listen host replaced by this machine's canonical host name, as Kafka does.
+        An advertised port of 0 (from --port 0) means "whatever port was bound": ``self.port``."""
+        port = self.advertised_port or self.port
+        if self.advertised_host:
+            return self.advertised_host, port
+        if self.host not in WILDCARD_HOSTS:
+            return self.host, port
+        import socket
+
+        return socket.getfqdn(), port
+
+
+def _attribute_keys() -> dict[str, str]:
+    """BrokerConfig attributes that mirror one Kafka key each (num_partitions <- num.partitions)."""
+    special = {"broker_id", "zookeeper_connect"}
+    keys = {}
+    for attribute in fields(BrokerConfig):
+        key = attribute.name.replace("_", ".")
+        if key in BROKER_CONFIGS and attribute.name not in special:
+            keys[attribute.name] = key
+    return keys
+
+
+_ATTRIBUTE_KEYS: Mapping[str, str] = MappingProxyType(_attribute_keys())
+
+
+def _known_keys_only(configured: Mapping[str, str]) -> dict[str, str]:
+    known = {}
+    for key, value in configured.items():
+        if key in BROKER_CONFIGS:
+            known[key] = value
+        else:
+            logger.warning("Ignoring unknown broker config %r: kafkacompat does not support it", key)
+    return known
+
+
+def _apply_cli_flags(
+    static: dict[str, str],
+    *,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | str | None,
+    broker_id: int | None,
+    advertised_host: str | None,
+) -> None:
+    """Write explicit CLI flags over the configured keys they stand for."""
+    if port is not None and not 0 <= port <= 65535:
+        raise ConfigError(f"Invalid value {port} for --port: port must be between 0 and 65535", key="port", value=port)
+    if broker_id is not None:
+        static["broker.id"] = str(broker_id)
+        if "node.id" in static:
+            static["node.id"] = str(broker_id)
+    if data_dir is not None:
+        static["log.dirs"] = str(data_dir)
+    if host is not None or port is not None:
+        _override_served_listener(static, host, port)
+    if advertised_host is not None:
+        _override_advertised_host(static, advertised_host)
+
+
+def _served_listener(static: Mapping[str, str]) -> tuple[list[Listener], int]:
+    listeners = parse_listeners("listeners", static.get("listeners", BROKER_CONFIGS["listeners"].default))
+    controller_names = _controller_listener_names(static.get("controller.listener.names"))
+    return listeners, _served_listener_index(listeners, controller_names)
+
+
+def _override_served_listener(static: dict[str, str], host: str | None, port: int | None) -> None:
+    listeners, index = _served_listener(static)
+    current = listeners[index]
+    listeners[index] = Listener(
+        current.name, current.host if host is None else host, current.port if port is None else port
+    )
+    static["listeners"] = format_listeners(listeners)
+
+
+def _override_advertised_host(static: dict[str, str], advertised_host: str) -> None:
+    listeners, index = _served_listener(static)
+    served = listeners[index]
+    advertised = parse_listeners("advertised.listeners", static.get("advertised.listeners"))
+    for position, listener in enumerate(advertised):
+        if listener.name == served.name:
+            advertised[position] = Listener(listener.name, advertised_host, listener.port)
+            break
+    else:
+        advertised.append(Listener(served.name, advertised_host, served.port))
+    static["advertised.listeners"] = format_listeners(advertised)
+
+
+def _reconcile_broker_and_node_id(
+    values: dict[str, str | None], sources: dict[str, str], typed: dict[str, Any]
+) -> int:
+    """broker.id and node.id are synonyms (as in Kafka): one set fills the other; both must agree."""
+    broker_id_set = sources["broker.id"] == STATIC_BROKER_CONFIG
+    node_id_set = sources["node.id"] == STATIC_BROKER_CONFIG
+    if broker_id_set and node_id_set and typed["broker.id"] != typed["node.id"]:
+        raise ConfigError.invalid(
+            "node.id", values["node.id"], f"must be equal to broker.id ({values['broker.id']}) when both are set"
+        )
+    source_key = "node.id" if node_id_set and not broker_id_set else "broker.id"
+    broker_id = typed[source_key]
+    if broker_id < 0:
+        raise ConfigError.invalid(
+            source_key, broker_id, "kafkacompat does not generate broker ids; set a value of at least 0"
+        )
+    for key in ("broker.id", "node.id"):
+        if typed[key] != broker_id:
+            values[key], sources[key], typed[key] = str(broker_id), STATIC_BROKER_CONFIG, broker_id
+    return broker_id
+
+
+def _resolve_listeners(typed: Mapping[str, Any]) -> tuple[Listener, Listener | None, str]:
+    """(served listener, its advertised counterpart or None, its security protocol)."""
+    listeners = parse_listeners("listeners", typed["listeners"])
+    if not listeners:
+        raise ConfigError.invalid("listeners", typed["listeners"], "at least one listener is required")
+    index = _served_listener_index(listeners, _controller_listener_names(typed["controller.listener.names"]))
+    served = listeners[index]
+    if len(listeners) > 1:
+        ignored = [str(listener) for position, listener in enumerate(listeners) if position != index]
+        logger.warning("kafkacompat serves a single listener: using %s, ignoring %s", served, ", ".join(ignored))
+    protocol = _parse_protocol_map(typed["listener.security.protocol.map"]).get(served.name)
+    if protocol is None:
+        raise ConfigError.invalid(
+            "listener.security.protocol.map",
+            typed["listener.security.protocol.map"],
+            f"No security protocol defined for listener {served.name}",
+        )
+    return served, _advertised_for(served, listeners, typed["advertised.listeners"]), protocol
+
+
+def _advertised_for(served: Listener, listeners: Sequence[Listener], value: str | None) -> Listener | None:
+    advertised = parse_listeners("advertised.listeners", value)
+    names = {listener.name for listener in listeners}
+    for listener in advertised:
+        if listener.name not in names:
+            raise ConfigError.invalid(
+                "advertised.listeners", value, f"listener {listener.name} is not defined in listeners"
+            )
+        if listener.host == "0.0.0.0":
+            raise ConfigError.invalid(
+                "advertised.listeners", value, "cannot use the nonroutable meta-address 0.0.0.0"
+            )
+    return next((listener for listener in advertised if listener.name == served.name), None)
+
+
+def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
+    key = "log.dirs" if typed["log.dirs"] is not None else "log.dir"
+    directories = [d for d in parse_value(key, _LIST, typed[key]) if d]
+    if not directories:
+        raise ConfigError.invalid(key, typed[key], "at least one log directory is required")
+    if len(directories) > 1:
+        logger.warning(
+            "kafkacompat supports a single log directory: using %s, ignoring %s",
+            directories[0],
+            ", ".join(directories[1:]),
+        )
+    return Path(directories[0])
+
+
+def _check_retention_ms(typed: Mapping[str, Any]) -> None:
+    """Kafka: the effective log retention must be -1 (unlimited) or at least 1 ms."""
+    for key, multiplier in TOPIC_CONFIGS["retention.ms"].synonyms:
+        if typed[key] is not None:
+            if typed[key] * multiplier == 0:
+                raise ConfigError.invalid(key, typed[key], "log retention must be unlimited (-1) or at least 1 ms")
+            return
+
+
+def _write_attributes_into_values(config: BrokerConfig) -> None:
+    """Make ``values``/``sources`` agree with the typed attributes (for directly built configs)."""
+    for attribute, key in _ATTRIBUTE_KEYS.items():
+        _record_if_changed(config, key, getattr(config, attribute))
+    for key in ("broker.id", "node.id"):
+        _record_if_changed(config, key, config.broker_id)
+    _record_if_changed(config, "zookeeper.connect", config.zookeeper_connect)
+    _write_listeners_into_values(config)
+    _write_data_dir_into_values(config)
+
+
+def _record_if_changed(config: BrokerConfig, key: str, value: Any) -> None:
+    try:
+        current = BROKER_CONFIGS[key].parse(config.values.get(key))
+    except ConfigError:
+        current = object()
+    if current != value and not (key == "zookeeper.connect" and not current and not value):
+        config.values[key] = format_value(value)
+        config.sources[key] = STATIC_BROKER_CONFIG
+
+
+def _write_listeners_into_values(config: BrokerConfig) -> None:
+    static = {k: v for k, v in config.values.items() if v is not None}
+    listeners, index = _served_listener(static)
+    wanted = Listener(config.listener_name, config.host, config.port)
+    current = listeners[index]
+    if (current.name, current.host or "0.0.0.0", current.port) != (wanted.name, wanted.host, wanted.port):
+        listeners[index] = wanted
+        config.values["listeners"] = format_listeners(listeners)
+        config.sources["listeners"] = STATIC_BROKER_CONFIG
+    advertised = parse_listeners("advertised.listeners", config.values.get("advertised.listeners"))
+    current_advertised = next((a for a in advertised if a.name == config.listener_name), None)
+    if config.advertised_host is None and config.advertised_port is None:
+        return
+    wanted_advertised = Listener(
+        config.listener_name,
+        config.advertised_host or "",
+        config.advertised_port if config.advertised_port is not None else config.port,
+    )
+    if current_advertised != wanted_advertised:
+        others = [a for a in advertised if a.name != config.listener_name]
+        config.values["advertised.listeners"] = format_listeners([wanted_advertised, *others])
+        config.sources["advertised.listeners"] = STATIC_BROKER_CONFIG
+
+
+def _write_data_dir_into_values(config: BrokerConfig) -> None:
+    key = "log.dirs" if config.values.get("log.dirs") is not None else "log.dir"
+    directories = [d for d in parse_value(key, _LIST, config.values.get(key)) if d]
+    if not directories or Path(directories[0]) != config.data_dir:
+        config.values["log.dirs"] = str(config.data_dir)
+        config.sources["log.dirs"] = STATIC_BROKER_CONFIG

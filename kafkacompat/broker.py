@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkacompat.broker")
 
 META_PROPERTIES = "meta.properties"
-WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
 class Broker:
@@ -152,9 +151,7 @@ class Broker:
     # ---- cluster view ----------------------------------------------------------------------
 
     def advertised_endpoint(self) -> tuple[str, int]:
-        host = self.config.advertised_host
-        if not host:
-            host = "localhost" if self.config.host in WILDCARD_HOSTS else self.config.host
+        host, port = self.config.advertised_endpoint()
         return host, self.config.advertised_port or self.port
 
     @property
@@ -163,6 +160,20 @@ class Broker:
 
     def live_broker_count(self) -> int:
         return 1
+
+    def live_broker_ids(self) -> list[int]:
+        return [self.node_id]
+
+    def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+        """Replace a topic's config overrides (validated by the caller), persist them, and apply
+        them to its partitions' logs at once."""
+        topic.configs = dict(configs)
+        self.topics.update(topic)
+        config = self.log_config(topic)
+        for index in range(topic.partitions):
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None:
+                partition.log.config = config
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -207,8 +218,8 @@ class Broker:
     # ---- background work -------------------------------------------------------------------
 
     async def run_housekeeping(self) -> None:
-        interval = int(self.config.values.get("log.retention.check.interval.ms", "300000")) / 1000
-        checkpoint_interval = int(self.config.values.get("log.flush.offset.checkpoint.interval.ms", "60000")) / 1000
+        interval = self.config.log_retention_check_interval_ms / 1000
+        checkpoint_interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         next_checkpoint = trio.current_time() + checkpoint_interval
         while True:
             await trio.sleep(min(interval, checkpoint_interval))

@@ -1123,16 +1123,16 @@ class BrokerConfig:
 
     def advertised_endpoint(self) -> tuple[str, int]:
         """(host, port) to publish in Metadata: advertised.listeners, else the listen address, with
-        a wildcard listen host replaced by this machine's canonical host name, as Kafka does.
-        An advertised port of 0 (from --port 0) means "whatever port was bound": ``self.port``."""
+        a wildcard listen host replaced by ``localhost``, which is what Kafka's own shipped
+        server.properties advertises (the canonical host name Kafka falls back to without it often
+        does not resolve on a developer's machine). An advertised port of 0 (from --port 0) means
+        "whatever port was bound": ``self.port``."""
         port = self.advertised_port or self.port
         if self.advertised_host:
             return self.advertised_host, port
         if self.host not in WILDCARD_HOSTS:
             return self.host, port
-        import socket
-
-        return socket.getfqdn(), port
+        return "localhost", port
 
 
 def _attribute_keys() -> dict[str, str]:

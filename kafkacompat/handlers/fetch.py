@@ -82,7 +82,7 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
     waiting_on = []
     topics = []
     for wanted in request.topics:
-        topic = ctx.broker.topics.get_by_id(wanted.topic_id) if use_ids else ctx.broker.topics.get(wanted.topic)
+        topic = ctx.broker.topics.get_by_id(wanted.topic_id) if use_ids else ctx.broker.topics.get(wanted.name)
         results = []
         for wanted_partition in wanted.partitions:
             result, partition = _read_partition(
@@ -94,7 +94,7 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
             has_error = has_error or result.error_code != 0
             if partition is not None:
                 waiting_on.append(partition)
-        topics.append(FetchTopicResult(wanted.topic if not use_ids else "", wanted.topic_id, results))
+        topics.append(FetchTopicResult(wanted.name if not use_ids else "", wanted.topic_id, results))
     return topics, total, has_error, waiting_on
 
 

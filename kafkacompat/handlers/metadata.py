@@ -63,7 +63,7 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, error_code: int = 0):
 def broker_list(ctx: RequestContext) -> list:
     cls = response_class(METADATA).MetadataResponseBroker
     host, port = ctx.broker.advertised_endpoint()
-    return [cls(node_id=ctx.broker.node_id, host=host, port=port, rack=ctx.broker.config.values.get("broker.rack"))]
+    return [cls(node_id=ctx.broker.node_id, host=host, port=port, rack=ctx.broker.config.broker_rack)]
 
 
 @handles(METADATA, 0, 13)

@@ -1,0 +1,116 @@
+"""Topic-level log configuration with Kafka's names, defaults and validation rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, Mapping
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+
+
+@dataclass
+class LogConfig:
+    """The topic configs the log acts on; defaults are Kafka's."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000  # -1 = forever
+    retention_bytes: int = -1  # -1 = no size limit
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
+    cleanup_policy: str = "delete"  # comma-separated: "delete", "compact" or both
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
+    file_delete_delay_ms: int = 60000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> "LogConfig":
+        """Build from Kafka topic config names (``segment.bytes``...); unknown keys are ignored.
+
+        Raises ValueError naming the key and the accepted range when a value is invalid.
+        """
+        values: dict[str, object] = {}
+        for key, raw in props.items():
+            spec = _PROPERTIES.get(key)
+            if spec is None:
+                continue
+            attribute, parse = spec
+            values[attribute] = parse(key, str(raw).strip())
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, str]:
+        """The Kafka topic config names and values (for DescribeConfigs and the like)."""
+        by_attribute = {attribute: key for key, (attribute, _) in _PROPERTIES.items()}
+        return {by_attribute[f.name]: str(getattr(self, f.name)) for f in fields(self)}
+
+    @property
+    def deletes_old_segments(self) -> bool:
+        return "delete" in _split_list(self.cleanup_policy)
+
+    @property
+    def compacts(self) -> bool:
+        return "compact" in _split_list(self.cleanup_policy)
+
+    @property
+    def uses_log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _split_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _integer(minimum: int, maximum: int) -> Callable[[str, str], int]:
+    def parse(key: str, raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"Invalid value {raw!r} for configuration {key}: not an integer") from None
+        if value < minimum:
+            raise ValueError(f"Invalid value {value} for configuration {key}: must be at least {minimum}")
+        if value > maximum:
+            raise ValueError(f"Invalid value {value} for configuration {key}: must be at most {maximum}")
+        return value
+
+    return parse
+
+
+def _timestamp_type(key: str, raw: str) -> str:
+    if raw not in TIMESTAMP_TYPES:
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: must be one of {', '.join(TIMESTAMP_TYPES)}")
+    return raw
+
+
+def _cleanup_policy(key: str, raw: str) -> str:
+    policies = _split_list(raw)
+    unknown = [policy for policy in policies if policy not in CLEANUP_POLICIES]
+    if unknown:
+        raise ValueError(
+            f"Invalid value {raw!r} for configuration {key}: {', '.join(unknown)} is not one of "
+            f"{', '.join(CLEANUP_POLICIES)}"
+        )
+    return ",".join(policies)
+
+
+# Kafka topic config name -> (LogConfig attribute, parser); ranges follow Kafka's validators.
+_PROPERTIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
+    "segment.bytes": ("segment_bytes", _integer(14, INT32_MAX)),
+    "segment.ms": ("segment_ms", _integer(1, INT64_MAX)),
+    "segment.index.bytes": ("segment_index_bytes", _integer(4, INT32_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", _integer(0, INT32_MAX)),
+    "retention.ms": ("retention_ms", _integer(-1, INT64_MAX)),
+    "retention.bytes": ("retention_bytes", _integer(INT64_MIN, INT64_MAX)),
+    "max.message.bytes": ("max_message_bytes", _integer(0, INT32_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "flush.messages": ("flush_messages", _integer(1, INT64_MAX)),
+    "flush.ms": ("flush_ms", _integer(0, INT64_MAX)),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _integer(0, INT64_MAX)),
+}

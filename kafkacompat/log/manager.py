@@ -1,0 +1,185 @@
+"""All partition logs of one data directory: loading, creating, deleting, checkpoints, clean shutdown.
+
+The directory is laid out as Kafka's log.dirs entry: ``<topic>-<partition>/`` per partition, the
+``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` files, and the
+``.kafka_cleanshutdown`` marker written by a clean shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+from typing import Callable, Mapping
+
+from kafkacompat.log.config import LogConfig
+from kafkacompat.log.filecache import FileCache
+from kafkacompat.log.partition_log import PartitionLog
+
+logger = logging.getLogger("kafkacompat.log")
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+DELETE_DIR_SUFFIX = "-delete"
+CHECKPOINT_VERSION = 0
+_NOTHING_TO_RECOVER = sys.maxsize  # recovery point after a clean shutdown: trust every segment
+
+TopicPartition = tuple[str, int]
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """(topic, partition) from ``<topic>-<partition>``; topics may contain '-', so split at the last."""
+    topic, dash, partition = name.rpartition("-")
+    if not dash or not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
+    """Kafka's offset checkpoint: "0", the entry count, then "topic partition offset" lines."""
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
+        raise ValueError(f"{path} is not a version {CHECKPOINT_VERSION} offset checkpoint")
+    count = int(lines[1])
+    entries = [line for line in lines[2:] if line.strip()]
+    if len(entries) != count:
+        raise ValueError(f"{path} announces {count} entries but holds {len(entries)}")
+    offsets: dict[TopicPartition, int] = {}
+    for line in entries:
+        fields = line.split()
+        if len(fields) != 3:
+            raise ValueError(f"{path} has a malformed line: {line!r}")
+        topic, partition, offset = fields
+        offsets[(topic, int(partition))] = int(offset)
+    return offsets
+
+
+def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
+    """Write atomically: a temporary file, fsync, rename over the old one, fsync the directory."""
+    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
+    temporary = path.with_name(path.name + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write("\n".join(lines) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
+
+
+class LogManager:
+    """Owns the PartitionLogs of one data directory and the FileCache they share."""
+
+    def __init__(self, data_dir: Path, *, file_cache: FileCache | None = None) -> None:
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._files = file_cache if file_cache is not None else FileCache()
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self.had_clean_shutdown: bool | None = None  # known after load_all()
+
+    def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
+        """Open every partition directory; recover after an unclean shutdown; then drop the marker."""
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint_or_nothing(RECOVERY_POINT_CHECKPOINT)
+        log_start_offsets = self._read_checkpoint_or_nothing(LOG_START_OFFSET_CHECKPOINT)
+        for entry in sorted(self.data_dir.iterdir()):
+            if not entry.is_dir():
+                continue
+            if entry.name.endswith(DELETE_DIR_SUFFIX):
+                logger.info("Finishing the deletion of %s", entry.name)
+                shutil.rmtree(entry, ignore_errors=True)
+                continue
+            key = parse_partition_dir_name(entry.name)
+            if key is None or key in self._logs:
+                continue
+            topic, partition = key
+            self._logs[key] = PartitionLog.open(
+                entry, topic, partition, config_for(topic),
+                recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
+                file_cache=self._files,
+                log_start_offset=log_start_offsets.get(key),
+            )
+        marker.unlink(missing_ok=True)
+        self.had_clean_shutdown = clean
+        logger.info("Loaded %d partition logs from %s after %s shutdown", len(self._logs), self.data_dir,
+                    "a clean" if clean else "an unclean")
+        return dict(self._logs)
+
+    def _read_checkpoint_or_nothing(self, name: str) -> dict[TopicPartition, int]:
+        try:
+            return read_checkpoint(self.data_dir / name)
+        except (ValueError, OSError) as error:
+            logger.warning("Ignoring unreadable checkpoint %s (logs will be recovered from the start): %s",
+                           name, error)
+            return {}
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def create(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        """The partition's log, created empty if it does not exist yet."""
+        existing = self._logs.get((topic, partition))
+        if existing is not None:
+            return existing
+        log = PartitionLog.open(self.data_dir / f"{topic}-{partition}", topic, partition, config,
+                                file_cache=self._files)
+        self._logs[(topic, partition)] = log
+        return log
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        """Close the log, rename its directory to ``<name>.<uuid>-delete`` (as Kafka), then remove it."""
+        log = self._logs.pop((topic, partition), None)
+        directory = log.dir if log is not None else self.data_dir / f"{topic}-{partition}"
+        if log is not None:
+            log.close()
+        if not directory.exists():
+            return
+        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        os.rename(directory, doomed)
+        _fsync_directory(self.data_dir)
+        shutil.rmtree(doomed, ignore_errors=True)
+        logger.info("Deleted the log of %s-%d", topic, partition)
+
+    def all_logs(self) -> list[PartitionLog]:
+        return list(self._logs.values())
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Run retention on every log; returns the number of segments deleted."""
+        return sum(log.apply_retention(now_ms) for log in self._logs.values())
+
+    def checkpoint(self) -> None:
+        write_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT,
+                         {key: log.recovery_point for key, log in self._logs.items()})
+        write_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT,
+                         {key: log.log_start_offset for key, log in self._logs.items()})
+
+    def close(self) -> None:
+        """Clean shutdown: flush every log, checkpoint, close, then write the clean-shutdown marker."""
+        for log in self._logs.values():
+            log.flush()
+        self.checkpoint()
+        for log in self._logs.values():
+            log.close()
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        with open(marker, "w", encoding="utf-8") as file:
+            file.write('{"version":0,"brokerEpoch":-1}')
+            file.flush()
+            os.fsync(file.fileno())
+        _fsync_directory(self.data_dir)
+        self._logs.clear()
+        self._files.close()
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,587 @@
+"""The log of one partition: its segments, offsets (log start, end, recovery point), roll,
+read, truncation, retention and recovery on open."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kafkacompat.log.config import LogConfig
+from kafkacompat.log.filecache import FileCache
+from kafkacompat.log.index import NO_TIMESTAMP
+from kafkacompat.log.segment import (
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    parse_segment_file_name,
+)
+from kafkacompat.log.segment import now_ms as wall_clock_ms
+from kafkacompat.wire.chunks import FileRegion, close_chunks
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import BatchHeader, patch_base_offset, patch_leader_epoch, set_log_append_time
+
+logger = logging.getLogger("kafkacompat.log")
+
+_PRIVATE_CACHE_SIZE = 16  # open files for a log opened without a shared FileCache
+_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")  # half-done deletes/cleanings: safe to drop
+
+
+@dataclass
+class AppendInfo:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+
+
+@dataclass
+class ReadResult:
+    """Whole batches, as FileRegions to sendfile; the first batch holds the offset asked for."""
+
+    chunks: list[FileRegion] = field(default_factory=list)
+    size: int = 0
+
+    def read_all(self) -> bytes:
+        """The bytes themselves (tests and tools; the server sends the regions instead)."""
+        return b"".join(chunk.read_all() for chunk in self.chunks)
+
+    def close(self) -> None:
+        """Close the regions' descriptors when they will not be sent after all."""
+        close_chunks(self.chunks)
+
+
+class UnexpectedAppendOffsetError(KafkaError):
+    """A replica append whose offsets do not follow the log end offset."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
+
+
+class PartitionLog:
+    """Segments ``<base>.log/.index/.timeindex`` in ``<data_dir>/<topic>-<partition>``.
+
+    Not thread-safe, except that ``flush()`` may run in a worker thread while the event loop keeps
+    appending and reading.
+    """
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
+                 files: FileCache, *, owns_files: bool) -> None:
+        self.dir = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self._files = files
+        self._owns_files = owns_files
+        self._segments: list[LogSegment] = []
+        self._bases: list[int] = []  # base offsets of _segments, for bisect
+        self._log_start_offset = 0
+        self._log_end_offset = 0
+        self._recovery_point = 0
+        self._last_flush_ms = wall_clock_ms()
+        self.recovered_segments = 0  # how many segments open() had to validate batch by batch
+
+    # -- opening and recovery ---------------------------------------------------------------
+
+    @classmethod
+    def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, *, recovery_point: int = 0,
+             file_cache: FileCache | None = None, log_start_offset: int | None = None) -> "PartitionLog":
+        """Load the segments in ``dir`` (created if missing).
+
+        Segments holding offsets at or after ``recovery_point`` are validated batch by batch
+        (framing, CRC32C, offsets); an invalid tail is cut off and any later segment removed.
+        Missing or unreadable indexes are rebuilt from the log. A ``recovery_point`` at the log end
+        offset (a clean shutdown) means nothing is rescanned.
+        """
+        directory = Path(dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = file_cache if file_cache is not None else FileCache(_PRIVATE_CACHE_SIZE)
+        log = cls(directory, topic, partition, config, files, owns_files=file_cache is None)
+        log._load(recovery_point, log_start_offset)
+        return log
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
+        self._remove_leftovers()
+        for base in self._segment_bases_on_disk():
+            self._add_segment(LogSegment.open_existing(self.dir, base, self._files, **self._segment_options()))
+        recovered = self._recover(recovery_point)
+        if not self._segments:
+            self._add_segment(self._new_segment(log_start_offset or 0))
+        active = self._segments[-1]
+        if active.next_offset is None:
+            active.next_offset = self._scan_next_offset(active)[0]
+        self._log_end_offset = active.next_offset
+        self._log_start_offset = self._initial_log_start_offset(log_start_offset)
+        for segment in recovered:
+            segment.fsync()
+        self._recovery_point = self._log_end_offset
+        logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
+                     self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
+
+    def _segment_options(self) -> dict[str, object]:
+        return {
+            "label": self.name,
+            "index_interval_bytes": self.config.index_interval_bytes,
+            "segment_index_bytes": self.config.segment_index_bytes,
+        }
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment.create(self.dir, base_offset, self._files, **self._segment_options())
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self._segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    def _segment_bases_on_disk(self) -> list[int]:
+        bases = []
+        for name in os.listdir(self.dir):
+            base = parse_segment_file_name(name, LOG_SUFFIX)
+            if base is not None:
+                bases.append(base)
+        return sorted(bases)
+
+    def _remove_leftovers(self) -> None:
+        """Files of half-finished deletions, and indexes whose .log is gone (Kafka does the same)."""
+        names = os.listdir(self.dir)
+        logs = {parse_segment_file_name(name, LOG_SUFFIX) for name in names} - {None}
+        for name in names:
+            path = self.dir / name
+            if name.endswith(_LEFTOVER_SUFFIXES):
+                logger.info("Removing leftover file %s of %s", name, self.name)
+                path.unlink(missing_ok=True)
+                continue
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                base = parse_segment_file_name(name, suffix)
+                if base is not None and base not in logs:
+                    logger.info("Removing %s of %s: its segment's .log is missing", name, self.name)
+                    path.unlink(missing_ok=True)
+
+    def _recover(self, recovery_point: int) -> list[LogSegment]:
+        """Validate the segments that may hold offsets >= recovery_point; returns those it scanned."""
+        first = max(0, bisect_right(self._bases, recovery_point) - 1)
+        for segment in self._segments[:first]:
+            if segment.indexes_missing:
+                logger.info("Rebuilding missing indexes of %s %s", self.name, segment.name)
+                segment.rebuild_indexes()
+        recovered: list[LogSegment] = []
+        for position in range(first, len(self._segments)):
+            segment = self._segments[position]
+            is_last = position == len(self._segments) - 1
+            if is_last and segment.base_offset <= recovery_point and not self._tail_needs_recovery(segment, recovery_point):
+                break
+            outcome = segment.recover()
+            recovered.append(segment)
+            if outcome.problem is not None:
+                logger.warning("Recovered %s: truncated %d bytes of %s at offset %d in %s",
+                               self.name, outcome.invalid_bytes, outcome.problem, outcome.problem_offset, segment.name)
+                self._drop_segments_after(position, reason="they follow an invalid batch")
+                break
+        self.recovered_segments = len(recovered)
+        return recovered
+
+    def _tail_needs_recovery(self, segment: LogSegment, recovery_point: int) -> bool:
+        """Whether the last segment holds anything past the recovery point (or does not frame cleanly)."""
+        if segment.indexes_missing:
+            return True
+        next_offset, framed_to = self._scan_next_offset(segment)
+        if framed_to != segment.size:
+            return True
+        segment.next_offset = next_offset
+        return next_offset > recovery_point
+
+    @staticmethod
+    def _scan_next_offset(segment: LogSegment) -> tuple[int, int]:
+        """(next offset, end of the last whole batch), walking headers from the last index entry."""
+        position = segment.last_indexed_position()
+        next_offset, end = segment.base_offset, position
+        for header in segment.headers_from(position):
+            next_offset, end = header.next_offset, header.position + header.size
+        return next_offset, end
+
+    def _drop_segments_after(self, position: int, *, reason: str) -> None:
+        for segment in self._segments[position + 1:]:
+            logger.warning("Deleting %s %s: %s", self.name, segment.name, reason)
+            segment.delete_files()
+        del self._segments[position + 1:]
+        del self._bases[position + 1:]
+
+    def _initial_log_start_offset(self, checkpointed: int | None) -> int:
+        start = max(checkpointed if checkpointed is not None else 0, self._segments[0].base_offset)
+        if start > self._log_end_offset:
+            logger.warning("%s: log start offset %d is past the log end offset %d; using %d",
+                           self.name, start, self._log_end_offset, self._log_end_offset)
+            start = self._log_end_offset
+        return start
+
+    # -- offsets ----------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The next offset to assign (LEO)."""
+        return self._log_end_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is on disk (fsynced); restarts rescan only from here."""
+        return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    def segments_info(self) -> list[dict[str, object]]:
+        return [segment.info() for segment in self._segments]
+
+    # -- append -----------------------------------------------------------------------------
+
+    def append(self, records: memoryview, headers: list[BatchHeader], *, assign_offsets: bool = True,
+               leader_epoch: int = 0, now_ms: int | None = None) -> AppendInfo:
+        """Append validated batches (``headers`` from validate_batches over ``records``).
+
+        Leader appends (``assign_offsets``) get consecutive offsets from the log end offset and
+        the leader epoch patched in place, and LogAppendTime when the topic uses it. Replica
+        appends keep their offsets, which must not go back below the log end offset.
+        """
+        if not headers:
+            raise ValueError(f"append to {self.name} carried no record batch")
+        now = now_ms if now_ms is not None else wall_clock_ms()
+        if len(records) > self.config.segment_bytes:
+            raise KafkaError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                f"{len(records)} bytes of batches for {self.name} exceed its segment.bytes {self.config.segment_bytes}",
+            )
+        log_append_time = -1
+        if assign_offsets:
+            self._assign_offsets(records, headers, leader_epoch)
+            if self.config.uses_log_append_time:
+                log_append_time = now
+                for header in headers:
+                    set_log_append_time(records, header, now)
+        else:
+            self._check_replica_offsets(headers)
+        first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
+        segment = self._segment_for_append(len(records), first_offset, last_offset, headers, now)
+        segment.append(records, headers)
+        self._log_end_offset = headers[-1].next_offset
+        return AppendInfo(first_offset, last_offset, log_append_time, self._log_start_offset)
+
+    def _assign_offsets(self, records: memoryview, headers: list[BatchHeader], leader_epoch: int) -> None:
+        next_offset = self._log_end_offset
+        for header in headers:
+            patch_base_offset(records, header, next_offset)
+            patch_leader_epoch(records, header, leader_epoch)
+            next_offset = header.next_offset
+
+    def _check_replica_offsets(self, headers: list[BatchHeader]) -> None:
+        expected = self._log_end_offset
+        for header in headers:
+            if header.base_offset < expected:
+                raise UnexpectedAppendOffsetError(
+                    f"replica append to {self.name} starts a batch at offset {header.base_offset}, "
+                    f"below the next offset {expected}"
+                )
+            expected = header.next_offset
+
+    def _segment_for_append(self, size: int, first_offset: int, last_offset: int,
+                            headers: list[BatchHeader], now: int) -> LogSegment:
+        active = self._segments[-1]
+        reason = self._roll_reason(active, size, last_offset, headers, now)
+        if reason is not None:
+            self._roll(max(self._log_end_offset, first_offset), reason)
+        return self._segments[-1]
+
+    def _roll_reason(self, active: LogSegment, size: int, last_offset: int,
+                     headers: list[BatchHeader], now: int) -> str | None:
+        if last_offset - active.base_offset > INT32_MAX:
+            return "offsets would overflow the segment's relative offsets"
+        if active.size == 0:
+            return None
+        if active.size > self.config.segment_bytes - size:
+            return f"segment.bytes {self.config.segment_bytes} reached"
+        incoming_max_timestamp = max(header.max_timestamp for header in headers)
+        if active.time_waited_for_roll(now, incoming_max_timestamp) > self.config.segment_ms:
+            return f"segment.ms {self.config.segment_ms} elapsed"
+        if active.offset_index_full or active.time_index_full:
+            return f"segment.index.bytes {self.config.segment_index_bytes} filled an index"
+        return None
+
+    def _roll(self, base_offset: int, reason: str) -> None:
+        active = self._segments[-1]
+        if active.size == 0:
+            # An empty segment only rolls when its base cannot hold the new offsets: replace it.
+            active.delete_files()
+            self._segments.pop()
+            self._bases.pop()
+        else:
+            active.become_inactive()
+        self._add_segment(self._new_segment(base_offset))
+        logger.info("Rolled %s to a new segment at offset %d: %s", self.name, base_offset, reason)
+
+    def roll(self) -> None:
+        """Start a new segment at the log end offset now (tools and tests)."""
+        if self._segments[-1].size > 0:
+            self._roll(self._log_end_offset, "requested")
+
+    # -- read -------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             min_one_batch: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset``, at most ``max_bytes`` of them.
+
+        With ``min_one_batch`` the first batch comes back even when larger than ``max_bytes``
+        (KIP-74). With ``max_offset`` (the high watermark) only batches whose last offset is below
+        it are returned. Reading at the log end offset returns nothing; outside
+        [log start offset, log end offset] raises OFFSET_OUT_OF_RANGE.
+        """
+        self._check_readable(offset)
+        end_offset = self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
+        result = ReadResult()
+        take_first = min_one_batch
+        position = self._segment_position(offset)
+        while position < len(self._segments) and offset < end_offset:
+            segment = self._segments[position]
+            if segment.base_offset >= end_offset:
+                break
+            start = segment.find_batch(offset)
+            if start is None:  # offset is past this segment's batches (a gap): next segment
+                position += 1
+                continue
+            if start.last_offset >= end_offset:
+                break
+            end = self._span_end(position, start, max(0, max_bytes) - result.size, end_offset, take_first)
+            if end > start.position:
+                result.chunks.append(segment.region(start.position, end))
+                result.size += end - start.position
+            if end < segment.size:
+                break
+            take_first = False
+            position += 1
+        return result
+
+    def _check_readable(self, offset: int) -> None:
+        if not self._log_start_offset <= offset <= self._log_end_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {offset} is out of range for {self.name}, which holds offsets "
+                f"{self._log_start_offset} to {self._log_end_offset - 1}",
+            )
+
+    def _segment_position(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    def _segment_end_offset(self, position: int) -> int:
+        if position + 1 < len(self._segments):
+            return self._bases[position + 1]
+        return self._log_end_offset
+
+    def _span_end(self, position: int, start: BatchHeader, budget: int, end_offset: int,
+                  take_first: bool) -> int:
+        """End of the whole batches from ``start`` that fit ``budget`` and stay below ``end_offset``."""
+        segment = self._segments[position]
+        limit_by_offset = segment.size
+        if end_offset < self._segment_end_offset(position):
+            first_excluded = segment.find_batch(end_offset)
+            if first_excluded is not None:
+                limit_by_offset = first_excluded.position
+        limit_by_bytes = segment.end_of_whole_batches(start.position, start.position + budget)
+        end = min(limit_by_offset, limit_by_bytes)
+        if end == start.position and take_first:
+            end = start.position + start.size
+        return end
+
+    # -- timestamps -------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped ``timestamp`` or later; None if none is.
+
+        ListOffsets semantics: the first segment whose max timestamp reaches ``timestamp`` is
+        searched from its time index entry on; only that one batch's records are decoded.
+        """
+        for segment in self._segments:
+            max_timestamp, _ = segment.max_timestamp_and_offset
+            if max_timestamp >= timestamp:
+                found = segment.search_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, offset of the first record with it) over the log; (-1, -1) if none.
+
+        ListOffsets MAX_TIMESTAMP semantics (KIP-734).
+        """
+        best: LogSegment | None = None
+        for segment in self._segments:
+            if best is None or segment.max_timestamp_and_offset[0] > best.max_timestamp_and_offset[0]:
+                best = segment
+        if best is None or best.max_timestamp_and_offset[0] <= NO_TIMESTAMP:
+            return -1, -1
+        timestamp, batch_last_offset = best.max_timestamp_and_offset
+        offset = best.offset_of_timestamp(timestamp, batch_last_offset)
+        return timestamp, batch_last_offset if offset is None else offset
+
+    # -- truncation and deletion ------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every offset >= ``offset`` (a batch straddling it goes entirely)."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate {self.name} to negative offset {offset}")
+        if offset >= self._log_end_offset:
+            return
+        if offset < self._bases[0]:
+            self.truncate_fully_and_start_at(offset)
+            return
+        keep = bisect_right(self._bases, offset - 1) if offset > self._bases[0] else 1
+        dropped_segments = len(self._segments) - keep
+        self._drop_segments_after(keep - 1, reason=f"truncated to offset {offset}")
+        dropped_bytes, next_offset = self._segments[-1].truncate_to(offset)
+        self._log_end_offset = next_offset
+        self._log_start_offset = min(self._log_start_offset, next_offset)
+        self._recovery_point = min(self._recovery_point, next_offset)
+        logger.info("Truncated %s to offset %d: dropped %d bytes and %d whole segments; log end offset is %d",
+                    self.name, offset, dropped_bytes, dropped_segments, next_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset``."""
+        for segment in self._segments:
+            segment.delete_files()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(self._new_segment(offset))
+        self._log_start_offset = self._log_end_offset = self._recovery_point = offset
+        logger.info("Truncated %s fully; it now starts at offset %d", self.name, offset)
+
+    def advance_log_start_offset(self, offset: int) -> None:
+        """DeleteRecords: offsets below ``offset`` become unreadable; whole segments below it go."""
+        if offset > self._log_end_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot move the log start offset of {self.name} to {offset}, past its log end offset "
+                f"{self._log_end_offset}",
+            )
+        if offset <= self._log_start_offset:
+            return
+        self._log_start_offset = offset
+        self._delete_segments_below_log_start()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms and retention.bytes; returns how many went.
+
+        Acts only when cleanup.policy includes "delete" and never deletes the active segment.
+        Segments entirely below the log start offset go whatever the policy.
+        """
+        deleted = self._delete_segments_below_log_start()
+        if self.config.deletes_old_segments:
+            deleted += self._delete_by_time(now_ms) + self._delete_by_size()
+        return deleted
+
+    def _delete_segments_below_log_start(self) -> int:
+        deleted = 0
+        while len(self._segments) > 1 and self._bases[1] <= self._log_start_offset:
+            self._delete_oldest_segment(f"it is below the log start offset {self._log_start_offset}")
+            deleted += 1
+        return deleted
+
+    def _delete_by_time(self, now: int) -> int:
+        retention_ms = self.config.retention_ms
+        if retention_ms < 0:
+            return 0
+        deleted = 0
+        while len(self._segments) > 1:
+            largest = self._segments[0].largest_timestamp()
+            if now - largest <= retention_ms:
+                break
+            self._delete_oldest_segment(f"retention.ms {retention_ms}: its largest timestamp {largest} is older")
+            deleted += 1
+        return deleted
+
+    def _delete_by_size(self) -> int:
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes < 0:
+            return 0
+        excess = self.size_bytes - retention_bytes
+        deleted = 0
+        while len(self._segments) > 1 and excess >= self._segments[0].size:
+            excess -= self._segments[0].size
+            self._delete_oldest_segment(f"retention.bytes {retention_bytes} exceeded")
+            deleted += 1
+        return deleted
+
+    def _delete_oldest_segment(self, reason: str) -> None:
+        oldest = self._segments.pop(0)
+        self._bases.pop(0)
+        oldest.delete_files()
+        self._log_start_offset = max(self._log_start_offset, self._bases[0])
+        logger.info("Deleted segment %s of %s: %s", oldest.name, self.name, reason)
+
+    # -- durability and shutdown ------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync what is not yet on disk and move the recovery point to the log end offset.
+
+        Safe to call from a worker thread while the event loop appends (it uses its own file
+        descriptors and a snapshot of the segment list).
+        """
+        end_offset = self._log_end_offset
+        segments, bases = list(self._segments), list(self._bases)
+        first = max(0, bisect_right(bases, self._recovery_point) - 1)
+        for segment in segments[first:]:
+            segment.fsync()
+        _fsync_directory(self.dir)
+        self._recovery_point = max(self._recovery_point, min(end_offset, self._log_end_offset))
+        self._last_flush_ms = wall_clock_ms()
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._log_end_offset - self._recovery_point
+
+    def should_flush(self, now_ms: int) -> bool:
+        """Whether flush.messages or flush.ms asks for a flush now."""
+        unflushed = self.unflushed_messages
+        if unflushed <= 0:
+            return False
+        return unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+        if self._owns_files:
+            self._files.close()
+
+    def delete(self) -> None:
+        """Close the log and remove its directory."""
+        self.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.name}, offsets {self._log_start_offset}..{self._log_end_offset}, "
+                f"{len(self._segments)} segments)")
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

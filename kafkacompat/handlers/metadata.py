@@ -87,5 +87,5 @@ async def handle_metadata(request, ctx: RequestContext):
                 ))
     return response_for(
         METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
-        controller_id=ctx.broker.controller_id, topics=topics, cluster_authorized_operations=None,
+        controller_id=ctx.broker.controller_id, topics=topics, authorized_operations=None,
     )

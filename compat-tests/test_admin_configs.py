@@ -1,0 +1,367 @@
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs with real admin clients
+(confluent-kafka's AdminClient, kafka-python's KafkaAdminClient) and raw requests for the fields
+and resource types the clients do not expose."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
+
+pytest.register_assert_rewrite("clients")
+from clients import RawConnection  # noqa: E402
+
+from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TIMEOUT = 15
+
+
+@functools.cache
+def _admin_for(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def admin(broker) -> AdminClient:
+    """One AdminClient per broker for the test, kept alive: a destroyed client fails its futures."""
+    return _admin_for(broker.bootstrap)
+
+
+@pytest.fixture(autouse=True)
+def _drop_admin_clients():
+    yield
+    _admin_for.cache_clear()
+
+
+@pytest.fixture
+def topic(broker, topic_name) -> str:
+    admin(broker).create_topics([NewTopic(topic_name, 2, 1, config={"retention.ms": "3600000"})])[topic_name].result(
+        timeout=TIMEOUT)
+    return topic_name
+
+
+def describe(broker, restype, name: str) -> dict[str, ConfigEntry]:
+    resource = ConfigResource(restype, name)
+    return admin(broker).describe_configs([resource])[resource].result(timeout=TIMEOUT)
+
+
+def describe_error(broker, restype, name: str) -> KafkaError:
+    resource = ConfigResource(restype, name)
+    with pytest.raises(KafkaException) as raised:
+        admin(broker).describe_configs([resource])[resource].result(timeout=TIMEOUT)
+    return raised.value.args[0]
+
+
+def alter_incrementally(broker, name: str, *entries: ConfigEntry, validate_only: bool = False,
+                        restype=ResourceType.TOPIC) -> KafkaError | None:
+    resource = ConfigResource(restype, name, incremental_configs=list(entries))
+    future = admin(broker).incremental_alter_configs([resource], validate_only=validate_only)[resource]
+    try:
+        future.result(timeout=TIMEOUT)
+    except KafkaException as exc:
+        return exc.args[0]
+    return None
+
+
+def op(name: str, value: str | None, operation: AlterConfigOpType) -> ConfigEntry:
+    return ConfigEntry(name, value, incremental_operation=operation)
+
+
+def raw_call(broker, api_key: int, version: int, **fields):
+    request = request_class(api_key)(version=version, **fields)
+    with RawConnection(broker.bootstrap) as conn:
+        return conn.call(request, response_class(api_key), version)
+
+
+def raw_describe(broker, version: int, *resources: tuple[int, str, list[str] | None], synonyms=True, docs=True):
+    cls = request_class(DESCRIBE_CONFIGS).DescribeConfigsResource
+    fields = dict(resources=[cls(resource_type=t, resource_name=n, configuration_keys=k) for t, n, k in resources],
+                  include_synonyms=synonyms)
+    if version >= 3:
+        fields["include_documentation"] = docs
+    return raw_call(broker, DESCRIBE_CONFIGS, version, **fields).results
+
+
+# ---- DescribeConfigs: topics -------------------------------------------------------------------
+
+
+def test_describe_topic_sources_and_defaults(broker, topic):
+    configs = describe(broker, ResourceType.TOPIC, topic)
+    retention = configs["retention.ms"]
+    assert (retention.value, retention.source, retention.is_default) == (
+        "3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value, False)
+    segment = configs["segment.bytes"]
+    assert (segment.value, segment.source, segment.is_default) == (
+        "1073741824", ConfigSource.DEFAULT_CONFIG.value, True)
+    assert configs["cleanup.policy"].value == "delete"
+    assert not any(entry.is_read_only or entry.is_sensitive for entry in configs.values())
+    assert {"min.insync.replicas", "max.message.bytes", "message.timestamp.type", "compression.type"} <= set(configs)
+
+
+def test_describe_topic_synonyms(broker, topic):
+    configs = describe(broker, ResourceType.TOPIC, topic)
+    retention = configs["retention.ms"].synonyms
+    assert {name: (s.value, s.source) for name, s in retention.items()} == {
+        "retention.ms": ("3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)}
+    segment = configs["segment.bytes"].synonyms
+    assert {name: (s.value, s.source) for name, s in segment.items()} == {
+        "log.segment.bytes": ("1073741824", ConfigSource.DEFAULT_CONFIG.value)}
+
+
+def test_topic_default_from_a_static_broker_config(broker_factory, topic_name):
+    broker = broker_factory("--set", "log.segment.bytes=5000000", "--set", "log.retention.ms=7200000")
+    admin(broker).create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(timeout=TIMEOUT)
+    configs = describe(broker, ResourceType.TOPIC, topic_name)
+    segment = configs["segment.bytes"]
+    assert (segment.value, segment.source, segment.is_default) == (
+        "5000000", ConfigSource.STATIC_BROKER_CONFIG.value, False)
+    assert configs["retention.ms"].value == "7200000"
+    assert configs["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+    # Raw, to see every synonym in order (confluent keys them by name): static first, then default.
+    (result,) = raw_describe(broker, 4, (TOPIC, topic_name, ["segment.bytes"]))
+    (entry,) = result.configs
+    assert [(s.name, s.value, s.source) for s in entry.synonyms] == [
+        ("log.segment.bytes", "5000000", 4), ("log.segment.bytes", "1073741824", 5)]
+
+
+def test_describe_unknown_topic(broker, topic_name):
+    assert describe_error(broker, ResourceType.TOPIC, topic_name).code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_describe_with_configuration_keys_and_documentation(broker, topic):
+    (result,) = raw_describe(broker, 4, (TOPIC, topic, ["retention.ms", "cleanup.policy", "no.such.key"]))
+    assert result.error_code == 0
+    entries = {entry.name: entry for entry in result.configs}
+    assert set(entries) == {"retention.ms", "cleanup.policy"}
+    assert (entries["retention.ms"].config_type, entries["cleanup.policy"].config_type) == (5, 7)  # LONG, LIST
+    assert entries["retention.ms"].documentation
+    (without_docs,) = raw_describe(broker, 3, (TOPIC, topic, ["retention.ms"]), synonyms=False, docs=False)
+    (entry,) = without_docs.configs
+    assert (entry.documentation, entry.synonyms, entry.config_source) == (None, [], 1)
+
+
+def test_describe_invalid_topic_name(broker):
+    (result,) = raw_describe(broker, 4, (TOPIC, "bad name", None))
+    assert result.error_code == KafkaError.TOPIC_EXCEPTION
+
+
+# ---- DescribeConfigs: the broker and its loggers -----------------------------------------------
+
+
+def test_describe_broker(broker):
+    configs = describe(broker, ResourceType.BROKER, "0")
+    assert configs["broker.id"].value == "0"
+    assert configs["broker.id"].source == ConfigSource.STATIC_BROKER_CONFIG.value  # set with --broker-id
+    segment = configs["log.segment.bytes"]
+    assert (segment.value, segment.source, segment.is_default, segment.is_read_only) == (
+        "1073741824", ConfigSource.DEFAULT_CONFIG.value, True, False)
+    assert configs["num.partitions"].value == "1"
+    assert configs["auto.create.topics.enable"].value == "true"
+
+
+def test_describe_broker_reports_static_configs(broker_factory):
+    broker = broker_factory("--set", "num.partitions=6")
+    entry = describe(broker, ResourceType.BROKER, "0")["num.partitions"]
+    assert (entry.value, entry.source, entry.is_default) == ("6", ConfigSource.STATIC_BROKER_CONFIG.value, False)
+
+
+def test_describe_other_broker_is_invalid(broker):
+    results = raw_describe(broker, 4, (BROKER, "7", None), (BROKER, "seven", None), (BROKER, "", None))
+    assert [r.error_code for r in results] == [KafkaError.INVALID_REQUEST, KafkaError.INVALID_REQUEST, 0]
+    assert results[0].error_message == "Unexpected broker id, expected 0 or empty string, but received 7"
+    assert results[2].configs == []  # no cluster-wide dynamic defaults
+
+
+def test_describe_broker_loggers(broker):
+    (result,) = raw_describe(broker, 4, (BROKER_LOGGER, "0", None))
+    assert result.error_code == 0
+    levels = {entry.name: entry.value for entry in result.configs}
+    assert levels["root"] in {"TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL"}
+    assert "kafkacompat.broker" in levels
+    assert {entry.config_source for entry in result.configs} == {6}  # DYNAMIC_BROKER_LOGGER_CONFIG
+    (empty_name,) = raw_describe(broker, 4, (BROKER_LOGGER, "", None))
+    assert empty_name.error_code == KafkaError.INVALID_REQUEST
+
+
+def test_unknown_resource_type_fails_the_request(broker, topic):
+    results = raw_describe(broker, 4, (TOPIC, topic, None), (99, "x", None))
+    assert [r.error_code for r in results] == [KafkaError.INVALID_REQUEST] * 2
+
+
+def test_kafka_python_describe_configs(broker, topic):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
+
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = client.describe_configs([KConfigResource(ConfigResourceType.TOPIC, topic)])
+        modified = described["topic"][topic]
+        assert set(modified) == {"retention.ms"}  # kafka-python's default filter: only what was changed
+        assert modified["retention.ms"]["value"] == "3600000"
+        assert modified["retention.ms"]["config_source"] == "DYNAMIC_TOPIC_CONFIG"
+    finally:
+        client.close()
+
+
+# ---- IncrementalAlterConfigs -------------------------------------------------------------------
+
+
+def test_incremental_set_and_delete(broker, topic):
+    assert alter_incrementally(broker, topic, op("segment.bytes", "2000000", AlterConfigOpType.SET),
+                               op("retention.ms", None, AlterConfigOpType.DELETE)) is None
+    configs = describe(broker, ResourceType.TOPIC, topic)
+    assert (configs["segment.bytes"].value, configs["segment.bytes"].source) == (
+        "2000000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert (configs["retention.ms"].value, configs["retention.ms"].source) == (
+        "604800000", ConfigSource.DEFAULT_CONFIG.value)
+
+
+def test_incremental_append_and_subtract(broker, topic):
+    assert alter_incrementally(broker, topic, op("cleanup.policy", "compact", AlterConfigOpType.APPEND)) is None
+    assert describe(broker, ResourceType.TOPIC, topic)["cleanup.policy"].value == "delete,compact"
+    assert alter_incrementally(broker, topic, op("cleanup.policy", "delete", AlterConfigOpType.SUBTRACT)) is None
+    assert describe(broker, ResourceType.TOPIC, topic)["cleanup.policy"].value == "compact"
+    error = alter_incrementally(broker, topic, op("retention.ms", "5", AlterConfigOpType.APPEND))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert error.str() == "Can't APPEND to key retention.ms because its type is not LIST."
+
+
+def test_incremental_validate_only(broker, topic):
+    assert alter_incrementally(broker, topic, op("retention.ms", "1000", AlterConfigOpType.SET),
+                               validate_only=True) is None
+    assert describe(broker, ResourceType.TOPIC, topic)["retention.ms"].value == "3600000"
+
+
+@pytest.mark.parametrize("name, value", [("retention.ms", "abc"), ("no.such.config", "1"), ("segment.bytes", "1")])
+def test_incremental_invalid_values(broker, topic, name, value):
+    error = alter_incrementally(broker, topic, op(name, value, AlterConfigOpType.SET))
+    assert error.code() == KafkaError.INVALID_CONFIG
+    assert name in error.str()
+    assert describe(broker, ResourceType.TOPIC, topic)["retention.ms"].value == "3600000"
+
+
+def test_incremental_unknown_topic(broker, topic_name):
+    error = alter_incrementally(broker, topic_name, op("retention.ms", "1000", AlterConfigOpType.SET))
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_broker_configs_cannot_be_altered(broker):
+    error = alter_incrementally(broker, "0", op("num.partitions", "3", AlterConfigOpType.SET),
+                                restype=ResourceType.BROKER)
+    assert error.code() == KafkaError.INVALID_REQUEST
+
+
+def test_altered_configs_persist_and_reach_the_log(broker, topic):
+    # A tiny segment.bytes makes the log roll: proof the partitions' logs took the new config.
+    assert alter_incrementally(broker, topic, op("segment.bytes", "1024", AlterConfigOpType.SET)) is None
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(20):
+        producer.produce(topic, value=b"x" * 200, partition=0)
+        producer.flush(TIMEOUT)
+    segments = list((broker.data_dir / f"{topic}-0").glob("*.log"))
+    assert len(segments) > 1
+    broker.restart()
+    assert describe(broker, ResourceType.TOPIC, topic)["segment.bytes"].value == "1024"
+    registry = json.loads((broker.data_dir / "kafkacompat-topics.json").read_text())
+    assert [t["configs"] for t in registry["topics"] if t["name"] == topic] == [
+        {"retention.ms": "3600000", "segment.bytes": "1024"}]
+
+
+def test_incremental_raw_request_checks(broker, topic):
+    resource_cls = request_class(INCREMENTAL_ALTER_CONFIGS).AlterConfigsResource
+    config_cls = resource_cls.AlterableConfig
+
+    def resource(name, *configs, resource_type=TOPIC):
+        return resource_cls(resource_type=resource_type, resource_name=name,
+                            configs=[config_cls(name=n, config_operation=o, value=v) for n, o, v in configs])
+
+    response = raw_call(broker, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+        resource(topic, ("retention.ms", 0, "1"), ("retention.ms", 0, "2")),
+        resource(topic + "-null", ("retention.ms", 0, None)),
+        resource("0", ("root", 0, "LOUD"), resource_type=BROKER_LOGGER),
+    ])
+    assert [(r.error_code, r.error_message) for r in response.responses] == [
+        (KafkaError.INVALID_REQUEST, "Error due to duplicate config keys"),
+        (KafkaError.INVALID_REQUEST, "Null value not supported for : retention.ms"),
+        (KafkaError.INVALID_CONFIG, "Cannot set the log level of root to LOUD as it is not a supported log level. "
+                                    "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN"),
+    ]
+    response = raw_call(broker, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[
+        resource("0", ("root", 1, None), resource_type=BROKER_LOGGER)])
+    assert [(r.error_code, r.error_message) for r in response.responses] == [
+        (KafkaError.INVALID_REQUEST, "Removing the log level of the root logger is not allowed")]
+
+
+def test_set_a_logger_level(broker):
+    resource_cls = request_class(INCREMENTAL_ALTER_CONFIGS).AlterConfigsResource
+    change = resource_cls(resource_type=BROKER_LOGGER, resource_name="0", configs=[
+        resource_cls.AlterableConfig(name="kafkacompat.broker", config_operation=0, value="DEBUG")])
+    response = raw_call(broker, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[change])
+    assert response.responses[0].error_code == 0
+    (result,) = raw_describe(broker, 4, (BROKER_LOGGER, "0", ["kafkacompat.broker"]))
+    assert [(e.name, e.value) for e in result.configs] == [("kafkacompat.broker", "DEBUG")]
+
+
+# ---- AlterConfigs (legacy: replaces every override) --------------------------------------------
+
+
+def test_legacy_alter_configs_replaces_all_overrides(broker, topic):
+    resource = ConfigResource(ResourceType.TOPIC, topic, set_config={"cleanup.policy": "compact"})
+    admin(broker).alter_configs([resource])[resource].result(timeout=TIMEOUT)
+    configs = describe(broker, ResourceType.TOPIC, topic)
+    assert (configs["cleanup.policy"].value, configs["cleanup.policy"].source) == (
+        "compact", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value  # the old override is gone
+
+
+def test_legacy_alter_configs_validation(broker, topic, topic_name):
+    resource_cls = request_class(ALTER_CONFIGS).AlterConfigsResource
+    config_cls = resource_cls.AlterableConfig
+
+    def resource(resource_type, name, **configs):
+        return resource_cls(resource_type=resource_type, resource_name=name,
+                            configs=[config_cls(name=k.replace("_", "."), value=v) for k, v in configs.items()])
+
+    response = raw_call(broker, ALTER_CONFIGS, 2, validate_only=True, resources=[
+        resource(TOPIC, topic + "-missing", retention_ms="1000"),
+        resource(BROKER, "0", num_partitions="3"),
+        resource(BROKER_LOGGER, "0", root="INFO"),
+        resource(TOPIC, topic, retention_ms="1000"),
+        resource(TOPIC, topic, retention_ms="2000"),
+    ])
+    assert [r.error_code for r in response.responses] == [
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.INVALID_REQUEST,  # no dynamic broker configs
+        KafkaError.INVALID_REQUEST,  # log levels only through IncrementalAlterConfigs (KIP-412)
+        KafkaError.INVALID_REQUEST, KafkaError.INVALID_REQUEST,  # a resource named twice
+    ]
+    invalid = raw_call(broker, ALTER_CONFIGS, 0, validate_only=True,
+                       resources=[resource(TOPIC, topic, retention_ms="-5")])
+    assert invalid.responses[0].error_code == KafkaError.INVALID_CONFIG
+    assert describe(broker, ResourceType.TOPIC, topic)["retention.ms"].value == "3600000"
+
+
+def test_kafka_python_alter_configs(broker, topic):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
+
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        client.alter_configs([KConfigResource(ConfigResourceType.TOPIC, topic, configs={"max.message.bytes": "2000"})])
+    finally:
+        client.close()
+    assert describe(broker, ResourceType.TOPIC, topic)["max.message.bytes"].value == "2000"

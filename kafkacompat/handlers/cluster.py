@@ -1,0 +1,61 @@
+"""DescribeCluster: the live brokers, the controller id, the cluster id (KIP-700).
+
+As in Kafka's broker (AuthHelper.computeDescribeClusterResponse): a request for the controller
+endpoints (endpoint_type 2, KIP-919) sent to a broker gets MISMATCHED_ENDPOINT_TYPE, an unknown
+endpoint type UNSUPPORTED_ENDPOINT_TYPE, and v0 gets INVALID_REQUEST for either. Without an
+authorizer every cluster operation is allowed, so the authorized operations are all of them.
+"""
+
+from __future__ import annotations
+
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode
+
+DESCRIBE_CLUSTER = 60
+
+ENDPOINT_TYPE_NAMES = {1: "BROKER", 2: "CONTROLLER"}
+BROKER_ENDPOINT = 1
+
+# AclOperation codes Kafka supports on the CLUSTER resource (AclEntry.supportedOperations):
+# CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
+# IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
+
+
+def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | None:
+    if endpoint_type == BROKER_ENDPOINT:
+        return None
+    if endpoint_type not in ENDPOINT_TYPE_NAMES:
+        code = ErrorCode.INVALID_REQUEST if version == 0 else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE
+        return code, f"Unsupported endpoint type {endpoint_type}"
+    code = ErrorCode.INVALID_REQUEST if version == 0 else ErrorCode.MISMATCHED_ENDPOINT_TYPE
+    return code, (
+        f"The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type "
+        f"{ENDPOINT_TYPE_NAMES[endpoint_type]}"
+    )
+
+
+def _brokers(ctx: RequestContext) -> list:
+    broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
+    host, port = ctx.broker.advertised_endpoint()
+    rack = ctx.broker.config.values.get("broker.rack") or None
+    return [broker_cls(broker_id=ctx.broker.node_id, host=host, port=port, rack=rack, is_fenced=False)]
+
+
+@handles(DESCRIBE_CLUSTER, 0, 2)
+async def handle_describe_cluster(request, ctx: RequestContext):
+    endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT) if ctx.version >= 1 else BROKER_ENDPOINT
+    error = _endpoint_type_error(endpoint_type, ctx.version)
+    if error is not None:
+        code, message = error
+        return response_for(
+            DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=code, error_message=message,
+            endpoint_type=BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=[], authorized_operations=None,
+        )
+    operations = set(CLUSTER_OPERATIONS) if request.include_cluster_authorized_operations else None
+    return response_for(
+        DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+        endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.controller_id,
+        brokers=_brokers(ctx), authorized_operations=operations,
+    )

@@ -1,0 +1,473 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs.
+
+Describe follows Kafka's ConfigHelper: a topic lists every topic config with its effective value;
+its source and synonyms are the topic override (TOPIC_CONFIG), then the broker keys it derives
+from as set in server.properties (STATIC_BROKER_CONFIG), then their defaults (DEFAULT_CONFIG),
+with Kafka's quirk of dropping leading synonyms not named like the primary broker key (so
+retention.ms reports no synonyms unless log.retention.ms itself is set). A broker lists every
+broker key; BROKER_LOGGER lists the Python loggers with log4j level names.
+
+Alter follows ConfigAdminManager (the broker's pre-checks) and ConfigurationControlManager (the
+controller): duplicate keys and null values are INVALID_REQUEST, the resulting topic overrides
+are validated as a whole (INVALID_CONFIG), and only then is the topic's existence checked. New
+overrides are persisted in the topic registry and applied to the partitions' logs at once.
+Dynamic broker configs are not supported; log levels (BROKER_LOGGER) can be changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from kafkacompat.config import (
+    BROKER_CONFIGS,
+    CONFIG_SOURCE_IDS,
+    DEFAULT_CONFIG,
+    STATIC_BROKER_CONFIG,
+    TOPIC_CONFIG,
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigError,
+    ConfigType,
+    broker_config_synonyms,
+    default_broker_values,
+    format_value,
+    validate_topic_configs,
+)
+from kafkacompat.controller.topics import validate_topic_name
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("kafkacompat.configs")
+
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+INCREMENTAL_ALTER_CONFIGS = 44
+
+# ConfigResource.Type ids
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+CLIENT_METRICS = 16
+GROUP = 32
+RESOURCE_TYPE_NAMES = {TOPIC: "TOPIC", BROKER: "BROKER", BROKER_LOGGER: "BROKER_LOGGER",
+                       CLIENT_METRICS: "CLIENT_METRICS", GROUP: "GROUP"}
+
+# AlterConfigOp.OpType ids
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+DYNAMIC_BROKER_LOGGER_CONFIG = CONFIG_SOURCE_IDS["DYNAMIC_BROKER_LOGGER_CONFIG"]
+UNKNOWN_CONFIG_TYPE = 0
+
+
+@dataclass(frozen=True)
+class Synonym:
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    name: str
+    value: str | None
+    source: int
+    config_type: int = UNKNOWN_CONFIG_TYPE
+    documentation: str | None = None
+    read_only: bool = False
+    is_sensitive: bool = False
+    synonyms: list[Synonym] = field(default_factory=list)
+
+
+# ---- what a topic's and the broker's configs look like -----------------------------------------
+
+
+@functools.cache
+def _broker_defaults() -> Mapping[str, str | None]:
+    return MappingProxyType(default_broker_values())
+
+
+def _broker_key_synonyms(config: BrokerConfig, keys: list[str] | tuple[str, ...], sensitive: bool) -> list[Synonym]:
+    """Kafka's configSynonyms: the keys set statically, then those with a default, each in key
+    order; leading entries not named like the first key are dropped (Kafka's dropWhile)."""
+    if not keys:
+        return []
+    defaults = _broker_defaults()
+    static = [Synonym(k, config.values.get(k), CONFIG_SOURCE_IDS[STATIC_BROKER_CONFIG])
+              for k in keys if config.sources.get(k) == STATIC_BROKER_CONFIG]
+    default = [Synonym(k, defaults[k], CONFIG_SOURCE_IDS[DEFAULT_CONFIG])
+               for k in keys if defaults.get(k) is not None]
+    synonyms = static + default
+    while synonyms and synonyms[0].name != keys[0]:
+        synonyms.pop(0)
+    if sensitive:
+        synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
+    return synonyms
+
+
+def normalized_topic_value(name: str, raw: str) -> str:
+    """A topic config value as Kafka prints it after parsing ("compact, delete" -> "compact,delete")."""
+    try:
+        return format_value(TOPIC_CONFIGS[name].parse(raw)) or ""
+    except (ConfigError, KeyError):
+        return raw
+
+
+def topic_config_entries(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    effective = config.effective_topic_config(overrides)
+    entries = []
+    for name in sorted(TOPIC_CONFIGS):
+        key = TOPIC_CONFIGS[name]
+        value = normalized_topic_value(name, effective[name]) if name in overrides else effective[name]
+        synonyms = _broker_key_synonyms(config, key.broker_keys, sensitive=False)
+        if name in overrides:
+            synonyms.insert(0, Synonym(name, value, CONFIG_SOURCE_IDS[TOPIC_CONFIG]))
+        source = synonyms[0].source if synonyms else CONFIG_SOURCE_IDS[DEFAULT_CONFIG]
+        entries.append(ConfigEntry(name, value, source, key.type.value, key.doc, synonyms=synonyms))
+    return entries
+
+
+def broker_config_entries(config: BrokerConfig) -> list[ConfigEntry]:
+    entries = []
+    for name in sorted(BROKER_CONFIGS):
+        key = BROKER_CONFIGS[name]
+        sensitive = key.type is ConfigType.PASSWORD
+        synonyms = _broker_key_synonyms(config, broker_config_synonyms(name), sensitive)
+        source = synonyms[0].source if synonyms else CONFIG_SOURCE_IDS[DEFAULT_CONFIG]
+        value = None if sensitive else config.values.get(name)
+        entries.append(ConfigEntry(name, value, source, key.type.value, key.doc, key.read_only, sensitive, synonyms))
+    return entries
+
+
+# Python logging levels <-> the log4j level names Kafka reports and accepts.
+LOG4J_LEVELS = {"FATAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING,
+                "INFO": logging.INFO, "DEBUG": logging.DEBUG, "TRACE": 5}
+ROOT_LOGGER = "root"
+
+
+def _log4j_level(level: int) -> str:
+    for name, threshold in LOG4J_LEVELS.items():  # from the most severe down
+        if level >= threshold:
+            return name
+    return "TRACE"
+
+
+def _existing_logger(name: str) -> logging.Logger | None:
+    if name == ROOT_LOGGER:
+        return logging.getLogger()
+    existing = logging.Logger.manager.loggerDict.get(name)
+    return existing if isinstance(existing, logging.Logger) else None
+
+
+def logger_entries() -> list[ConfigEntry]:
+    names = [ROOT_LOGGER] + sorted(
+        name for name, logger in logging.Logger.manager.loggerDict.items() if isinstance(logger, logging.Logger)
+    )
+    return [
+        ConfigEntry(name, _log4j_level(_existing_logger(name).getEffectiveLevel()), DYNAMIC_BROKER_LOGGER_CONFIG)
+        for name in names
+    ]
+
+
+# ---- CreateTopics support (used by handlers.topics) --------------------------------------------
+
+
+def validate_creation_configs(configs: Iterable) -> dict[str, str]:
+    """The configs of a CreateTopics entry, validated; raises KafkaError(INVALID_CONFIG)."""
+    given: dict[str, str | None] = {}
+    for config in configs:
+        given[config.name] = config.value
+    nulls = [name for name, value in given.items() if value is None]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, "Null value not supported for topic configs: " + ",".join(nulls))
+    try:
+        return validate_topic_configs(given)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+def creation_config_entries(config: BrokerConfig, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+    return topic_config_entries(config, overrides)
+
+
+# ---- DescribeConfigs ---------------------------------------------------------------------------
+
+
+def _broker_id_from(name: str, what: str = "Broker") -> int:
+    try:
+        return int(name)
+    except ValueError:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{what} id must be an integer, but it is: {name}") from None
+
+
+def _describe_topic(ctx: RequestContext, name: str) -> list[ConfigEntry]:
+    validate_topic_name(name)
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    return topic_config_entries(ctx.broker.config, topic.configs)
+
+
+def _describe_broker(ctx: RequestContext, name: str) -> list[ConfigEntry]:
+    if not name:
+        return []  # the cluster-wide dynamic defaults: there are none
+    if _broker_id_from(name) != ctx.broker.node_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, but received {name}",
+        )
+    return broker_config_entries(ctx.broker.config)
+
+
+def _describe_broker_logger(ctx: RequestContext, name: str) -> list[ConfigEntry]:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
+    if _broker_id_from(name) != ctx.broker.node_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker.node_id} but received {name}"
+        )
+    return logger_entries()
+
+
+DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger}
+
+
+def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, include_documentation: bool):
+    synonym_cls = entry_cls.DescribeConfigsSynonym
+    synonyms = [synonym_cls(name=s.name, value=s.value, source=s.source) for s in entry.synonyms]
+    return entry_cls(
+        name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
+        is_default=entry.source == CONFIG_SOURCE_IDS[DEFAULT_CONFIG], is_sensitive=entry.is_sensitive,
+        synonyms=synonyms if include_synonyms else [], config_type=entry.config_type,
+        documentation=entry.documentation if include_documentation else None,
+    )
+
+
+def _describe_resource(ctx: RequestContext, resource, result_cls, include_synonyms: bool, include_docs: bool):
+    entry_cls = result_cls.DescribeConfigsResourceResult
+    try:
+        describe = DESCRIBERS.get(resource.resource_type)
+        if describe is None:
+            kind = RESOURCE_TYPE_NAMES[resource.resource_type]
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"kafkacompat does not support {kind} configs")
+        entries = describe(ctx, resource.resource_name)
+    except KafkaError as exc:
+        message = None if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else exc.message
+        return result_cls(error_code=exc.code, error_message=message, resource_type=resource.resource_type,
+                          resource_name=resource.resource_name, configs=[])
+    wanted = set(resource.configuration_keys) if resource.configuration_keys else None
+    configs = [_described_entry(entry_cls, entry, include_synonyms, include_docs)
+               for entry in entries if wanted is None or entry.name in wanted]
+    return result_cls(error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
+                      resource_name=resource.resource_name, configs=configs)
+
+
+@handles(DESCRIBE_CONFIGS, 1, 4)
+async def handle_describe_configs(request, ctx: RequestContext):
+    result_cls = response_class(DESCRIBE_CONFIGS).DescribeConfigsResult
+    unknown = next((r for r in request.resources if r.resource_type not in RESOURCE_TYPE_NAMES), None)
+    if unknown is not None:
+        # Kafka fails the whole request when any resource type is unknown.
+        message = f"Unexpected resource type UNKNOWN for resource {unknown.resource_name}"
+        results = [result_cls(error_code=ErrorCode.INVALID_REQUEST, error_message=message,
+                              resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
+                   for r in request.resources]
+        return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
+    include_synonyms = bool(getattr(request, "include_synonyms", False))
+    include_docs = bool(getattr(request, "include_documentation", False))
+    results = [_describe_resource(ctx, resource, result_cls, include_synonyms, include_docs)
+               for resource in request.resources]
+    return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
+
+
+# ---- altering ----------------------------------------------------------------------------------
+
+
+def _check_no_duplicate_keys(configs) -> None:
+    names = [config.name for config in configs]
+    if len(names) != len(set(names)):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Error due to duplicate config keys")
+
+
+def _check_no_null_values(configs, *, allow_for_delete: bool) -> None:
+    nulls = [c.name for c in configs
+             if c.value is None and not (allow_for_delete and getattr(c, "config_operation", SET) == DELETE)]
+    if nulls:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+
+
+def _list_parts(value: str | None) -> list[str]:
+    return [part for part in (value or "").split(",") if part]
+
+
+def _apply_operation(overrides: dict[str, str], config) -> None:
+    name, op, value = config.name, config.config_operation, config.value
+    if op == SET:
+        overrides[name] = value
+    elif op == DELETE:
+        overrides.pop(name, None)
+    elif op in (APPEND, SUBTRACT):
+        key = TOPIC_CONFIGS.get(name)
+        if key is None or key.type is not ConfigType.LIST:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST."
+            )
+        parts = _list_parts(overrides[name] if name in overrides else key.default)
+        for item in value.split(","):
+            if op == APPEND and item not in parts:
+                parts.append(item)
+            elif op == SUBTRACT and item in parts:
+                parts.remove(item)
+        overrides[name] = ",".join(parts)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+
+
+def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str], validate_only: bool) -> None:
+    """Validate the topic's complete new overrides, check it exists, then persist and apply them."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
+    validate_topic_name(name)
+    try:
+        validated = validate_topic_configs(new_overrides)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    topic = ctx.broker.topics.get(name)
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
+    if not validate_only:
+        ctx.broker.alter_topic_configs(topic, validated)
+        log.info("Topic %s configs are now %s", name, validated or "the broker defaults")
+
+
+def _current_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
+    topic = ctx.broker.topics.get(name)
+    return dict(topic.configs) if topic is not None else {}
+
+
+def _refuse_broker_change(ctx: RequestContext, resource) -> None:
+    if resource.resource_name and _broker_id_from(resource.resource_name, "Node") != ctx.broker.node_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected broker id, expected {ctx.broker.node_id}, but received {resource.resource_name}",
+        )
+    keys = ", ".join(config.name for config in resource.configs)
+    raise KafkaError(
+        ErrorCode.INVALID_REQUEST,
+        f"kafkacompat does not support dynamic broker configs ({keys}): set them in server.properties "
+        "or with --set and restart the broker",
+    )
+
+
+def _alter_broker_loggers(ctx: RequestContext, resource, validate_only: bool) -> None:
+    """Kafka's RuntimeLoggerManager: SET or DELETE a logger's level; levels do not survive a restart."""
+    _broker_id_from(resource.resource_name, "Node")
+    if int(resource.resource_name) != ctx.broker.node_id:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected node id. Expected {ctx.broker.node_id}, but received {resource.resource_name}",
+        )
+    for config in resource.configs:
+        _check_logger_change(config)
+    if validate_only:
+        return
+    for config in resource.configs:
+        logger = _existing_logger(config.name)
+        if config.config_operation == SET:
+            logger.setLevel(LOG4J_LEVELS[config.value])
+            log.warning("Updated the log level of %s to %s", config.name, config.value)
+        else:
+            logger.setLevel(logging.NOTSET)
+            log.warning("Unset the log level of %s", config.name)
+
+
+def _check_logger_change(config) -> None:
+    op = config.config_operation
+    if op in (APPEND, SUBTRACT):
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"{OP_NAMES[op]} operation is not allowed for the BROKER_LOGGER resource"
+        )
+    if op not in (SET, DELETE):
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unknown operation type {op} is not allowed for the BROKER_LOGGER resource")
+    if _existing_logger(config.name) is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Logger {config.name} does not exist!")
+    if op == SET and config.value not in LOG4J_LEVELS:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"Cannot set the log level of {config.name} to {config.value} as it is not a supported log level. "
+            f"Valid log levels are {', '.join(sorted(LOG4J_LEVELS))}",
+        )
+    if op == DELETE and config.name == ROOT_LOGGER:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, f"Removing the log level of the {ROOT_LOGGER} logger is not allowed"
+        )
+
+
+def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
+    _check_no_duplicate_keys(resource.configs)
+    _check_no_null_values(resource.configs, allow_for_delete=True)
+    if resource.resource_type == BROKER_LOGGER:
+        _alter_broker_loggers(ctx, resource, validate_only)
+    elif resource.resource_type == BROKER:
+        _refuse_broker_change(ctx, resource)
+    elif resource.resource_type == TOPIC:
+        overrides = _current_overrides(ctx, resource.resource_name)
+        for config in resource.configs:
+            _apply_operation(overrides, config)
+        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
+
+
+def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -> None:
+    _check_no_duplicate_keys(resource.configs)
+    _check_no_null_values(resource.configs, allow_for_delete=False)
+    if resource.resource_type == BROKER:
+        _refuse_broker_change(ctx, resource)
+    elif resource.resource_type == TOPIC:
+        overrides = {config.name: config.value for config in resource.configs}
+        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+    else:
+        # Legacy AlterConfigs never supported BROKER_LOGGER (KIP-412).
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
+
+
+def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
+    result_cls = response_class(api_key).AlterConfigsResourceResponse
+    seen: dict[tuple[int, str], int] = {}
+    for resource in request.resources:
+        key = (resource.resource_type, resource.resource_name)
+        seen[key] = seen.get(key, 0) + 1
+    results = []
+    for resource in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            if seen[(resource.resource_type, resource.resource_name)] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            alter(ctx, resource, bool(request.validate_only))
+        except KafkaError as exc:
+            code, message = exc.code, exc.message
+            log.info("%s on %s %r: %s (%s)", "AlterConfigs" if api_key == ALTER_CONFIGS else "IncrementalAlterConfigs",
+                     RESOURCE_TYPE_NAMES.get(resource.resource_type, resource.resource_type),
+                     resource.resource_name, exc.code.name, exc.message)
+        results.append(result_cls(error_code=code, error_message=message, resource_type=resource.resource_type,
+                                  resource_name=resource.resource_name))
+    return results
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def handle_incremental_alter_configs(request, ctx: RequestContext):
+    results = _alter_results(ctx, request, INCREMENTAL_ALTER_CONFIGS, _alter_incrementally)
+    return response_for(INCREMENTAL_ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)
+
+
+@handles(ALTER_CONFIGS, 0, 2)
+async def handle_alter_configs(request, ctx: RequestContext):
+    results = _alter_results(ctx, request, ALTER_CONFIGS, _alter_replacing)
+    return response_for(ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)

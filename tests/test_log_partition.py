@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,9 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import validate_batches
 
 try:
-    from test_log_support import batch_offsets, make_batch, make_gzip_batch, records_of
+    from test_log_support import batch_offsets, make_batch, make_gzip_batch, read_bytes, records_of
 except ImportError:  # tests/ imported as a package
-    from tests.test_log_support import batch_offsets, make_batch, make_gzip_batch, records_of
+    from tests.test_log_support import batch_offsets, make_batch, make_gzip_batch, read_bytes, records_of
 
 BATCH_SIZE = len(make_batch(3))  # every batch of make_batch(3) has this size
 
@@ -45,7 +47,7 @@ def test_append_assigns_consecutive_offsets_and_patches_leader_epoch(tmp_path):
     assert (first.first_offset, first.last_offset, first.log_append_time, first.log_start_offset) == (0, 4, -1, 0)
     assert (second.first_offset, second.last_offset) == (5, 8)
     assert log.log_end_offset == 9
-    data = log.read(0, 1 << 20).read_all()
+    data = read_bytes(log, 0, 1 << 20)
     assert batch_offsets(data) == [(0, 2), (3, 4), (5, 8)]
     headers = validate_batches(memoryview(bytearray(data)), 1 << 20)  # CRCs still valid
     assert [h.partition_leader_epoch for h in headers] == [7, 7, 8]
@@ -68,16 +70,16 @@ def test_read_round_trips_the_exact_bytes(tmp_path):
 def test_read_whole_batches_within_max_bytes(tmp_path):
     log = open_log(tmp_path)
     append_batches(log, 10)
-    assert batch_offsets(log.read(0, 3 * BATCH_SIZE).read_all()) == [(0, 2), (3, 5), (6, 8)]
-    assert batch_offsets(log.read(0, 3 * BATCH_SIZE - 1).read_all()) == [(0, 2), (3, 5)]
-    assert batch_offsets(log.read(4, 2 * BATCH_SIZE).read_all()) == [(3, 5), (6, 8)]  # offset inside a batch
+    assert batch_offsets(read_bytes(log, 0, 3 * BATCH_SIZE)) == [(0, 2), (3, 5), (6, 8)]
+    assert batch_offsets(read_bytes(log, 0, 3 * BATCH_SIZE - 1)) == [(0, 2), (3, 5)]
+    assert batch_offsets(read_bytes(log, 4, 2 * BATCH_SIZE)) == [(3, 5), (6, 8)]  # offset inside a batch
 
 
 def test_min_one_batch_returns_an_oversized_first_batch(tmp_path):
     log = open_log(tmp_path)
     append_batches(log, 3)
-    assert batch_offsets(log.read(3, 10).read_all()) == [(3, 5)]
-    assert batch_offsets(log.read(3, 0).read_all()) == [(3, 5)]
+    assert batch_offsets(read_bytes(log, 3, 10)) == [(3, 5)]
+    assert batch_offsets(read_bytes(log, 3, 0)) == [(3, 5)]
     empty = log.read(3, 10, min_one_batch=False)
     assert (empty.size, empty.chunks) == (0, [])
 
@@ -85,8 +87,8 @@ def test_min_one_batch_returns_an_oversized_first_batch(tmp_path):
 def test_max_offset_stops_before_batches_reaching_the_high_watermark(tmp_path):
     log = open_log(tmp_path)
     append_batches(log, 5)
-    assert batch_offsets(log.read(0, 1 << 20, max_offset=9).read_all()) == [(0, 2), (3, 5), (6, 8)]
-    assert batch_offsets(log.read(0, 1 << 20, max_offset=8).read_all()) == [(0, 2), (3, 5)]
+    assert batch_offsets(read_bytes(log, 0, 1 << 20, max_offset=9)) == [(0, 2), (3, 5), (6, 8)]
+    assert batch_offsets(read_bytes(log, 0, 1 << 20, max_offset=8)) == [(0, 2), (3, 5)]
     assert log.read(6, 1 << 20, max_offset=7).size == 0  # batch 6-8 is not all below the watermark
     assert log.read(9, 1 << 20, max_offset=9).size == 0
 
@@ -103,14 +105,14 @@ def test_read_outside_the_log_is_offset_out_of_range_and_the_end_is_empty(tmp_pa
     with pytest.raises(KafkaError) as raised:
         log.read(2, 100)
     assert raised.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
-    assert batch_offsets(log.read(3, 1 << 20).read_all()) == [(3, 5)]
+    assert batch_offsets(read_bytes(log, 3, 1 << 20)) == [(3, 5)]
 
 
 def test_log_append_time_restamps_batches(tmp_path):
     log = open_log(tmp_path, message_timestamp_type="LogAppendTime")
     info = log.append(*records_of(make_batch(3, base_timestamp=5)), now_ms=1_700_000_000_000)
     assert info.log_append_time == 1_700_000_000_000
-    data = bytearray(log.read(0, 1 << 20).read_all())
+    data = bytearray(read_bytes(log, 0, 1 << 20))
     header = validate_batches(memoryview(data), 1 << 20)[0]  # CRC was recomputed
     assert header.is_log_append_time and header.max_timestamp == 1_700_000_000_000
     assert log.offset_for_timestamp(1_600_000_000_000) == (0, 1_700_000_000_000)
@@ -122,7 +124,7 @@ def test_replica_append_keeps_offsets_and_rejects_going_backwards(tmp_path):
     assert log.log_end_offset == 15
     log.append(*records_of(make_batch(1, base_offset=20)), assign_offsets=False)  # a gap is allowed
     assert log.log_end_offset == 21
-    assert batch_offsets(log.read(15, 1 << 20).read_all()) == [(20, 20)]
+    assert batch_offsets(read_bytes(log, 15, 1 << 20)) == [(20, 20)]
     with pytest.raises(UnexpectedAppendOffsetError, match="orders-0"):
         log.append(*records_of(make_batch(1, base_offset=20)), assign_offsets=False)
 
@@ -148,7 +150,7 @@ def test_roll_by_segment_bytes_names_files_by_base_offset(tmp_path):
     ]
     assert os.path.getsize(log.dir / "00000000000000000000.log") == 4 * BATCH_SIZE
     assert log.size_bytes == 10 * BATCH_SIZE
-    assert batch_offsets(log.read(0, 1 << 20).read_all()) == [(3 * i, 3 * i + 2) for i in range(10)]
+    assert batch_offsets(read_bytes(log, 0, 1 << 20)) == [(3 * i, 3 * i + 2) for i in range(10)]
 
 
 def test_roll_by_segment_ms_uses_the_first_batch_timestamp(tmp_path):
@@ -182,7 +184,7 @@ def test_roll_when_relative_offsets_would_overflow(tmp_path):
     log.append(*records_of(make_batch(2, base_offset=far)), assign_offsets=False)
     assert [info["base_offset"] for info in log.segments_info()] == [0, far]
     assert (log.dir / f"{far:020d}.log").exists()
-    assert batch_offsets(log.read(far + 1, 1000).read_all()) == [(far, far + 1)]
+    assert batch_offsets(read_bytes(log, far + 1, 1000)) == [(far, far + 1)]
 
 
 def expected_index_entries(sizes: list[int], last_offsets: list[int], interval: int) -> list[tuple[int, int]]:
@@ -235,10 +237,10 @@ def test_index_lookups_land_on_the_right_batch_for_every_offset(tmp_path):
     for i in range(120):
         log.append(*records_of(make_batch(1 + i % 4, base_timestamp=1_000 + i)))
     assert log.segment_count >= 3
-    spans = batch_offsets(log.read(0, 1 << 30).read_all())
+    spans = batch_offsets(read_bytes(log, 0, 1 << 30))
     containing = {offset: span for span in spans for offset in range(span[0], span[1] + 1)}
     for offset in range(log.log_end_offset):
-        first = batch_offsets(log.read(offset, 1).read_all())
+        first = batch_offsets(read_bytes(log, offset, 1))
         assert first == [containing[offset]], offset
 
 
@@ -248,7 +250,8 @@ def test_read_spans_segments(tmp_path):
     result = log.read(4, 3 * BATCH_SIZE)
     assert batch_offsets(result.read_all()) == [(3, 5), (6, 8), (9, 11)]
     assert len(result.chunks) == 2
-    assert batch_offsets(log.read(0, 1 << 20, max_offset=14).read_all()) == [(0, 2), (3, 5), (6, 8), (9, 11)]
+    result.close()
+    assert batch_offsets(read_bytes(log, 0, 1 << 20, max_offset=14)) == [(0, 2), (3, 5), (6, 8), (9, 11)]
 
 
 # -- timestamps -------------------------------------------------------------------------------
@@ -311,7 +314,7 @@ def test_truncate_to_drops_batches_and_later_segments(tmp_path):
     raw_index = (log.dir / "00000000000000000009.index").read_bytes()
     assert all(position < BATCH_SIZE for _, position in struct.iter_unpack(">ii", raw_index))
     assert log.append(*records_of(make_batch(2))).first_offset == 12
-    assert batch_offsets(log.read(6, 1 << 20).read_all()) == [(6, 8), (9, 11), (12, 13)]
+    assert batch_offsets(read_bytes(log, 6, 1 << 20)) == [(6, 8), (9, 11), (12, 13)]
 
 
 def test_truncate_inside_a_batch_drops_the_whole_batch(tmp_path):
@@ -319,7 +322,7 @@ def test_truncate_inside_a_batch_drops_the_whole_batch(tmp_path):
     append_batches(log, 3)
     log.truncate_to(4)
     assert log.log_end_offset == 3
-    assert batch_offsets(log.read(0, 1 << 20).read_all()) == [(0, 2)]
+    assert batch_offsets(read_bytes(log, 0, 1 << 20)) == [(0, 2)]
 
 
 def test_truncate_to_a_segment_base_and_below_the_first_segment(tmp_path):
@@ -339,7 +342,7 @@ def test_advance_log_start_offset_deletes_whole_segments_below_it(tmp_path):
     log.advance_log_start_offset(7)
     assert log.log_start_offset == 7
     assert [info["base_offset"] for info in log.segments_info()] == [6, 12]
-    assert batch_offsets(log.read(7, 1 << 20).read_all()) == [(6, 8), (9, 11), (12, 14), (15, 17)]
+    assert batch_offsets(read_bytes(log, 7, 1 << 20)) == [(6, 8), (9, 11), (12, 14), (15, 17)]
     with pytest.raises(KafkaError) as raised:
         log.advance_log_start_offset(19)
     assert raised.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
@@ -353,7 +356,7 @@ def test_retention_by_time_never_deletes_the_active_segment(tmp_path):
     assert not (log.dir / "00000000000000000000.log").exists()
     assert log.apply_retention(now_ms=10**9) == 1
     assert (log.log_start_offset, log.segment_count) == (12, 1)
-    assert batch_offsets(log.read(12, 1 << 20).read_all()) == [(12, 14), (15, 17)]
+    assert batch_offsets(read_bytes(log, 12, 1 << 20)) == [(12, 14), (15, 17)]
 
 
 def test_retention_by_bytes(tmp_path):
@@ -390,3 +393,48 @@ def test_flush_moves_the_recovery_point(tmp_path):
     log.flush()
     assert (log.recovery_point, log.should_flush(0)) == (6, False)
 
+
+
+def test_flush_writes_out_every_index_entry(tmp_path):
+    log = open_log(tmp_path, index_interval_bytes=0)
+    append_batches(log, 100)  # 99 offset index entries: more than are written eagerly
+    log.flush()
+    raw_index = (log.dir / "00000000000000000000.index").read_bytes()
+    assert list(struct.iter_unpack(">ii", raw_index)) == [(3 * i + 2, i * BATCH_SIZE) for i in range(1, 100)]
+    assert len((log.dir / "00000000000000000000.timeindex").read_bytes()) == 99 * 12
+
+
+def test_flush_in_a_worker_thread_while_appending(tmp_path):
+    log = open_log(tmp_path, segment_bytes=20 * BATCH_SIZE, index_interval_bytes=0)
+    stop = threading.Event()
+    recovery_points = []
+
+    def flush_repeatedly() -> None:
+        while not stop.is_set():
+            log.flush()
+            recovery_points.append(log.recovery_point)
+
+    worker = threading.Thread(target=flush_repeatedly)
+    worker.start()
+    try:
+        append_batches(log, 300)
+    finally:
+        stop.set()
+        worker.join()
+    log.flush()
+    assert recovery_points == sorted(recovery_points)
+    assert log.recovery_point == log.log_end_offset == 900
+    log.close()
+    index_files = sorted(log.dir.glob("*index"))
+    written = [path.read_bytes() for path in index_files]
+    PartitionLog.open(log.dir, "orders", 0, log.config, recovery_point=0).close()  # rebuilds every index
+    assert [path.read_bytes() for path in index_files] == written
+
+
+def test_should_flush_after_flush_ms(tmp_path):
+    log = open_log(tmp_path, flush_ms=60_000)
+    log.flush()
+    append_batches(log, 1)
+    now = time.time_ns() // 1_000_000
+    assert not log.should_flush(now)
+    assert log.should_flush(now + 60_000)

@@ -73,3 +73,12 @@ def batch_offsets(data: bytes) -> list[tuple[int, int]]:
         position += fields[1] + 12
     assert position == len(data), "read returned a partial batch"
     return spans
+
+
+def read_bytes(log, offset: int, max_bytes: int, **options) -> bytes:
+    """PartitionLog.read's bytes; closes the regions' descriptors as the server would."""
+    result = log.read(offset, max_bytes, **options)
+    try:
+        return result.read_all()
+    finally:
+        result.close()

@@ -3,10 +3,11 @@
 ``<base>.index``: 8-byte entries (int32 offset - base, int32 position in the .log), big-endian.
 ``<base>.timeindex``: 12-byte entries (int64 timestamp, int32 offset - base), big-endian.
 
-Entries live in memory (arrays, binary-searched) and are written through to the file as they are
-appended, so our files always hold exactly the valid entries: there is no preallocation and so
-nothing to trim on close. Kafka preallocates its index files, so a zero-filled tail is cut off
-when a file is loaded. An index that does not load cleanly raises IndexCorruptError, and its
+Entries live in memory (arrays, binary-searched). New ones reach the file in small groups and
+all of them on roll, close and flush, so a closed or flushed index file holds exactly its valid
+entries: there is no preallocation and nothing to trim. An unflushed tail of entries lost in a
+crash only makes the index sparser, and segments past the recovery point are rebuilt anyway.
+Kafka preallocates its index files, so a zero-filled tail is cut off when a file is loaded. An index that does not load cleanly raises IndexCorruptError, and its
 segment rebuilds it from the .log.
 """
 
@@ -16,6 +17,7 @@ import operator
 import os
 import struct
 import sys
+import threading
 from array import array
 from bisect import bisect_right
 
@@ -24,6 +26,7 @@ from kafkacompat.log.filecache import FileCache
 NO_TIMESTAMP = -1
 _BIG_ENDIAN = sys.byteorder == "big"
 _TIME_ENTRY = struct.Struct(">qi")
+_WRITE_BATCH = 64  # new entries kept in memory before they are written to the file together
 
 
 class IndexCorruptError(Exception):
@@ -39,7 +42,12 @@ def _non_decreasing(values: array) -> bool:
 
 
 class _IndexFile:
-    """File plumbing shared by both indexes: load, write-through append, truncate."""
+    """File plumbing shared by both indexes: load, buffered append, truncate.
+
+    New entries are written to the file in groups of _WRITE_BATCH, and all of them on roll, close
+    and flush, which saves a syscall per entry. ``write_pending`` may run in flush's worker thread,
+    so every change to the entries happens under ``_lock``.
+    """
 
     ENTRY_SIZE = 0
 
@@ -48,8 +56,19 @@ class _IndexFile:
         self.base_offset = base_offset
         self._files = files
         self.loaded = False
-        # False while a rebuild appends many entries; persist() then writes them in one go.
-        self.write_through = True
+        self._on_disk = 0  # entries [0, _on_disk) are in the file
+        self._discarded = False  # the files are being deleted: write nothing more
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _encode(self, start: int, end: int) -> bytes:
+        """Entries [start, end) in the file format."""
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
 
     def _read_entries_bytes(self) -> bytes:
         """The file's whole entries, without a zero-filled (preallocated) tail."""
@@ -69,18 +88,47 @@ class _IndexFile:
             os.ftruncate(fd, valid)
         return data[:valid]
 
-    def _write_entry(self, index: int, entry: bytes) -> None:
-        if self.write_through:
-            os.pwrite(self._files.fd(self.path), entry, index * self.ENTRY_SIZE)
+    def _appended(self) -> None:
+        """Called under the lock after each new entry."""
+        if len(self) - self._on_disk >= _WRITE_BATCH:
+            self._write_pending_locked(self._files.fd(self.path))
 
-    def _truncate_file(self, entries: int) -> None:
-        os.ftruncate(self._files.fd(self.path), entries * self.ENTRY_SIZE)
+    def write_pending(self, fd: int | None = None) -> None:
+        """Write the entries not yet in the file. A worker thread passes its own ``fd``: the
+        FileCache belongs to the event loop thread."""
+        with self._lock:
+            if not self._discarded:
+                self._write_pending_locked(self._files.fd(self.path) if fd is None else fd)
 
-    def _rewrite_file(self, content: bytes) -> None:
-        fd = self._files.fd(self.path)
-        os.ftruncate(fd, 0)
-        if content:
-            os.pwrite(fd, content, 0)
+    def _write_pending_locked(self, fd: int) -> None:
+        end = len(self)
+        if end > self._on_disk:
+            os.pwrite(fd, self._encode(self._on_disk, end), self._on_disk * self.ENTRY_SIZE)
+            self._on_disk = end
+
+    def _truncated_to(self, entries: int) -> None:
+        """Called under the lock once the in-memory entries were cut to ``entries``."""
+        if self._on_disk > entries:
+            os.ftruncate(self._files.fd(self.path), entries * self.ENTRY_SIZE)
+            self._on_disk = entries
+
+    def _loaded(self, entries: int) -> None:
+        self._on_disk = entries
+        self.loaded = True
+
+    def reset(self) -> None:
+        """Empty the index, in memory and on disk (the file is created if it was deleted)."""
+        with self._lock:
+            self._clear()
+            self._files.create(self.path)
+            self._on_disk = 0
+            self._discarded = False
+            self.loaded = True
+
+    def discard(self) -> None:
+        """The segment's files are about to be deleted: never write to them again."""
+        with self._lock:
+            self._discarded = True
 
     def relative(self, offset: int) -> int:
         return offset - self.base_offset
@@ -112,8 +160,9 @@ class OffsetIndex(_IndexFile):
             both.byteswap()
         relative_offsets, positions = both[0::2], both[1::2]
         self._check(relative_offsets, positions, log_size)
-        self._relative_offsets, self._positions = relative_offsets, positions
-        self.loaded = True
+        with self._lock:
+            self._relative_offsets, self._positions = relative_offsets, positions
+            self._loaded(len(positions))
 
     def _check(self, relative_offsets: array, positions: array, log_size: int) -> None:
         name = os.path.basename(self.path)
@@ -127,10 +176,22 @@ class OffsetIndex(_IndexFile):
             raise IndexCorruptError(f"{name} has entries out of order")
 
     def append(self, offset: int, position: int) -> None:
-        relative = self.relative(offset)
-        self._write_entry(len(self._positions), struct.pack(">ii", relative, position))
-        self._relative_offsets.append(relative)
-        self._positions.append(position)
+        with self._lock:
+            self._relative_offsets.append(offset - self.base_offset)
+            self._positions.append(position)
+            self._appended()
+
+    def _encode(self, start: int, end: int) -> bytes:
+        both = array("i", bytes(8 * (end - start)))
+        both[0::2] = self._relative_offsets[start:end]
+        both[1::2] = self._positions[start:end]
+        if not _BIG_ENDIAN:
+            both.byteswap()
+        return both.tobytes()
+
+    def _clear(self) -> None:
+        self._relative_offsets = array("i")
+        self._positions = array("i")
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the last entry with offset <= ``offset``; (base, 0) if none."""
@@ -153,27 +214,11 @@ class OffsetIndex(_IndexFile):
 
     def truncate_to_position(self, position: int) -> None:
         """Drop the entries that point at ``position`` or beyond."""
-        keep = bisect_right(self._positions, position - 1)
-        if keep < len(self._positions):
+        with self._lock:
+            keep = bisect_right(self._positions, position - 1)
             del self._relative_offsets[keep:]
             del self._positions[keep:]
-            self._truncate_file(keep)
-
-    def reset(self) -> None:
-        self._relative_offsets = array("i")
-        self._positions = array("i")
-        self._truncate_file(0)
-        self.loaded = True
-
-    def persist(self) -> None:
-        """Write every in-memory entry to the file (after appends with write_through off)."""
-        both = array("i", bytes(8 * len(self._positions)))
-        both[0::2] = self._relative_offsets
-        both[1::2] = self._positions
-        if not _BIG_ENDIAN:
-            both.byteswap()
-        self._rewrite_file(both.tobytes())
-        self.write_through = True
+            self._truncated_to(keep)
 
     def entries(self) -> list[tuple[int, int]]:
         """All (offset, position) entries, absolute offsets (tools and tests)."""
@@ -213,8 +258,9 @@ class TimeIndex(_IndexFile):
             raise IndexCorruptError(f"{name} has a negative offset")
         if not (_strictly_increasing(timestamps) and _non_decreasing(relative_offsets)):
             raise IndexCorruptError(f"{name} has entries out of order")
-        self._timestamps, self._relative_offsets = timestamps, relative_offsets
-        self.loaded = True
+        with self._lock:
+            self._timestamps, self._relative_offsets = timestamps, relative_offsets
+            self._loaded(len(timestamps))
 
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry; (NO_TIMESTAMP, base) if empty."""
@@ -229,10 +275,18 @@ class TimeIndex(_IndexFile):
             return
         if self.is_full and not skip_full_check:
             return
-        relative = self.relative(offset)
-        self._write_entry(len(self._timestamps), _TIME_ENTRY.pack(timestamp, relative))
-        self._timestamps.append(timestamp)
-        self._relative_offsets.append(relative)
+        with self._lock:
+            self._timestamps.append(timestamp)
+            self._relative_offsets.append(offset - self.base_offset)
+            self._appended()
+
+    def _encode(self, start: int, end: int) -> bytes:
+        return b"".join(_TIME_ENTRY.pack(t, r) for t, r in
+                        zip(self._timestamps[start:end], self._relative_offsets[start:end]))
+
+    def _clear(self) -> None:
+        self._timestamps = array("q")
+        self._relative_offsets = array("i")
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the last entry with timestamp <= ``timestamp``; (NO_TIMESTAMP, base) if none."""
@@ -243,22 +297,11 @@ class TimeIndex(_IndexFile):
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop the entries whose offset is ``offset`` or larger."""
-        keep = bisect_right(self._relative_offsets, offset - self.base_offset - 1)
-        if keep < len(self._timestamps):
+        with self._lock:
+            keep = bisect_right(self._relative_offsets, offset - self.base_offset - 1)
             del self._timestamps[keep:]
             del self._relative_offsets[keep:]
-            self._truncate_file(keep)
-
-    def reset(self) -> None:
-        self._timestamps = array("q")
-        self._relative_offsets = array("i")
-        self._truncate_file(0)
-        self.loaded = True
-
-    def persist(self) -> None:
-        content = b"".join(_TIME_ENTRY.pack(t, r) for t, r in zip(self._timestamps, self._relative_offsets))
-        self._rewrite_file(content)
-        self.write_through = True
+            self._truncated_to(keep)
 
     def entries(self) -> list[tuple[int, int]]:
         """All (timestamp, offset) entries, absolute offsets (tools and tests)."""

@@ -184,7 +184,7 @@ class PartitionLog:
             if outcome.problem is not None:
                 logger.warning("Recovered %s: truncated %d bytes of %s at offset %d in %s",
                                self.name, outcome.invalid_bytes, outcome.problem, outcome.problem_offset, segment.name)
-                self._drop_segments_after(position, reason="they follow an invalid batch")
+                self._drop_segments_after(position, reason="it follows an invalid batch", level=logging.WARNING)
                 break
         self.recovered_segments = len(recovered)
         return recovered
@@ -208,9 +208,9 @@ class PartitionLog:
             next_offset, end = header.next_offset, header.position + header.size
         return next_offset, end
 
-    def _drop_segments_after(self, position: int, *, reason: str) -> None:
+    def _drop_segments_after(self, position: int, *, reason: str, level: int = logging.INFO) -> None:
         for segment in self._segments[position + 1:]:
-            logger.warning("Deleting %s %s: %s", self.name, segment.name, reason)
+            logger.log(level, "Deleting %s %s: %s", self.name, segment.name, reason)
             segment.delete_files()
         del self._segments[position + 1:]
         del self._bases[position + 1:]

@@ -124,16 +124,25 @@ class LogSegment:
         return os.path.basename(self.log_path)
 
     def become_inactive(self) -> None:
-        """On roll: record the segment's max timestamp in the time index, as Kafka does."""
+        """On roll: record the segment's max timestamp in the time index (as Kafka does) and
+        write out the indexes."""
         self._append_final_time_index_entry()
+        self._write_pending_index_entries()
 
     def close(self) -> None:
         if self._time_index.loaded and self._max_timestamp_known:
             self._append_final_time_index_entry()
+        self._write_pending_index_entries()
         for path in (self.log_path, self.index_path, self.time_index_path):
             self._files.forget(path)
 
+    def _write_pending_index_entries(self) -> None:
+        self._offset_index.write_pending()
+        self._time_index.write_pending()
+
     def delete_files(self) -> None:
+        self._offset_index.discard()
+        self._time_index.discard()
         txn_index_path = self.log_path[: -len(LOG_SUFFIX)] + TXN_INDEX_SUFFIX
         for path in (self.log_path, self.index_path, self.time_index_path, txn_index_path):
             self._files.forget(path)
@@ -143,13 +152,19 @@ class LogSegment:
                 pass
 
     def fsync(self) -> None:
-        """Flush the segment's files to disk; safe from a worker thread (own descriptors)."""
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        """Write out pending index entries and flush the files to disk.
+
+        Safe from a worker thread: it opens its own descriptors rather than use the FileCache.
+        """
+        for path, index in ((self.log_path, None), (self.index_path, self._offset_index),
+                            (self.time_index_path, self._time_index)):
             try:
-                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fd = os.open(path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 continue  # deleted meanwhile (retention, truncation): nothing left to flush
             try:
+                if index is not None:
+                    index.write_pending(fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -206,9 +221,8 @@ class LogSegment:
         return self._time_index.is_full
 
     def _scan(self, *, verify_crc: bool) -> ScanOutcome:
-        for index in (self._offset_index, self._time_index):
-            index.reset()
-            index.write_through = False
+        self._offset_index.reset()
+        self._time_index.reset()
         self._bytes_since_index_entry = 0
         self._max_timestamp, self._offset_of_max_timestamp = NO_TIMESTAMP, -1
         position, next_offset, problem = 0, self.base_offset, None
@@ -221,11 +235,10 @@ class LogSegment:
                     self._index_batch(header, position)
                     next_offset = header.next_offset
                     position += header.size
-        self._offset_index.persist()
-        self._time_index.persist()
         self.next_offset = next_offset
         self._max_timestamp_known = True
         self._append_final_time_index_entry()
+        self._write_pending_index_entries()
         return ScanOutcome(position, self.size - position, problem, next_offset)
 
     def _check_batch(self, data: mmap.mmap, position: int, min_offset: int,

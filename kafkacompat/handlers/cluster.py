@@ -39,7 +39,7 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | 
 def _brokers(ctx: RequestContext) -> list:
     broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
     host, port = ctx.broker.advertised_endpoint()
-    rack = ctx.broker.config.values.get("broker.rack") or None
+    rack = ctx.broker.config.broker_rack
     return [broker_cls(broker_id=ctx.broker.node_id, host=host, port=port, rack=rack, is_fenced=False)]
 
 

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
+from kafkacompat.handlers.cluster import CLUSTER_OPERATIONS
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 METADATA = 3
+# With no authorizer every operation is allowed: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS (Kafka's AclOperation codes).
+TOPIC_OPERATIONS = frozenset({3, 4, 5, 6, 7, 8, 10, 11})
 
 
 def _requested_topics(request, version: int) -> list | None:
@@ -37,7 +41,7 @@ def _resolve(
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name
 
 
-def topic_metadata(ctx: RequestContext, topic: TopicInfo, error_code: int = 0):
+def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool, error_code: int = 0):
     cls = response_class(METADATA).MetadataResponseTopic
     partition_cls = cls.MetadataResponsePartition
     partitions = []
@@ -56,7 +60,7 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, error_code: int = 0):
         ))
     return cls(
         error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
-        partitions=partitions, authorized_operations=None,
+        partitions=partitions, authorized_operations=set(TOPIC_OPERATIONS) if include_operations else None,
     )
 
 
@@ -72,14 +76,16 @@ async def handle_metadata(request, ctx: RequestContext):
     requested = _requested_topics(request, ctx.version)
     # allow_auto_topic_creation exists from v4; older clients always allowed it.
     allow_auto_create = ctx.version < 4 or bool(request.allow_auto_topic_creation)
+    include_topic_ops = ctx.version >= 8 and bool(request.include_topic_authorized_operations)
+    include_cluster_ops = 8 <= ctx.version <= 10 and bool(request.include_cluster_authorized_operations)
     topics = []
     if requested is None:
-        topics = [topic_metadata(ctx, t) for t in ctx.broker.topics.by_name.values()]
+        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.broker.topics.by_name.values()]
     else:
         for wanted in requested:
             topic, error, name = _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
             if topic is not None:
-                topics.append(topic_metadata(ctx, topic))
+                topics.append(topic_metadata(ctx, topic, include_topic_ops))
             else:
                 topics.append(topic_cls(
                     error_code=error, name=name, topic_id=getattr(wanted, "topic_id", None),
@@ -87,5 +93,6 @@ async def handle_metadata(request, ctx: RequestContext):
                 ))
     return response_for(
         METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
-        controller_id=ctx.broker.controller_id, topics=topics, authorized_operations=None,
+        controller_id=ctx.broker.controller_id, topics=topics,
+        authorized_operations=set(CLUSTER_OPERATIONS) if include_cluster_ops else None,
     )

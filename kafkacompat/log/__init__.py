@@ -1,4 +1,21 @@
-"""The partition log: RecordBatch v2 bytes in Kafka's on-disk layout (a data dir is a Kafka log dir)."""
+"""The partition log: RecordBatch v2 bytes in Kafka's on-disk layout (a data dir is a Kafka log dir).
+
+Modules: ``config`` (LogConfig, Kafka topic config names), ``filecache`` (LRU of open files),
+``index`` (.index/.timeindex), ``segment`` (one .log and its indexes), ``partition_log`` (one
+partition: roll, read, truncate, retention, recovery) and ``manager`` (a data dir: loading,
+checkpoints, clean shutdown).
+
+Choices that differ from Kafka's implementation, on purpose:
+
+- Index files are not preallocated or memory-mapped. Entries live in arrays and reach the file in
+  small groups, and completely on roll, close and flush; so a closed index file is exactly its
+  entries, and a Kafka-written zero-filled tail is cut off on load.
+- Index files are loaded lazily and checked (ordering, bounds, and the batch an entry points at);
+  a bad one is rebuilt from the .log batch headers instead of failing the partition.
+- Deleted segments are unlinked at once (file.delete.delay.ms is not used): reads hand out
+  FileRegions holding their own dup()'ed descriptor, so an in-flight sendfile is unaffected.
+- A read may span several segments, returning one FileRegion per segment.
+"""
 
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache

@@ -23,11 +23,13 @@ class LogConfig:
     index_interval_bytes: int = 4096
     retention_ms: int = 604800000  # -1 = forever
     retention_bytes: int = -1  # -1 = no size limit
-    max_message_bytes: int = 1048588
+    max_message_bytes: int = 1048588  # enforced by the produce path (validate_batches), not here
     message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
     cleanup_policy: str = "delete"  # comma-separated: "delete", "compact" or both
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
+    # Accepted for compatibility only: deleted segments are unlinked at once, because every
+    # in-flight read holds its own duplicated descriptor.
     file_delete_delay_ms: int = 60000
 
     @classmethod

@@ -97,7 +97,7 @@ class _IndexFile:
         """Write the entries not yet in the file. A worker thread passes its own ``fd``: the
         FileCache belongs to the event loop thread."""
         with self._lock:
-            if not self._discarded:
+            if not self._discarded and len(self) > self._on_disk:
                 self._write_pending_locked(self._files.fd(self.path) if fd is None else fd)
 
     def _write_pending_locked(self, fd: int) -> None:

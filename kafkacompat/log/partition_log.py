@@ -160,6 +160,10 @@ class PartitionLog:
                 logger.info("Removing leftover file %s of %s", name, self.name)
                 path.unlink(missing_ok=True)
                 continue
+            if name.endswith(".swap"):
+                logger.warning("Ignoring %s of %s: a Kafka log cleaner swap file, which this broker does not "
+                               "complete", name, self.name)
+                continue
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 base = parse_segment_file_name(name, suffix)
                 if base is not None and base not in logs:
@@ -187,6 +191,9 @@ class PartitionLog:
                 self._drop_segments_after(position, reason="it follows an invalid batch", level=logging.WARNING)
                 break
         self.recovered_segments = len(recovered)
+        if recovered:
+            logger.info("Recovered %s from offset %d: validated %d segments from %s on",
+                        self.name, recovery_point, len(recovered), recovered[0].name)
         return recovered
 
     def _tail_needs_recovery(self, segment: LogSegment, recovery_point: int) -> bool:
@@ -279,7 +286,11 @@ class PartitionLog:
             self._check_replica_offsets(headers)
         first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
         segment = self._segment_for_append(len(records), first_offset, last_offset, headers, now)
-        segment.append(records, headers)
+        try:
+            segment.append(records, headers)
+        except OSError as error:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"could not write to {self.name} {segment.name}: {error}") from error
         self._log_end_offset = headers[-1].next_offset
         return AppendInfo(first_offset, last_offset, log_append_time, self._log_start_offset)
 

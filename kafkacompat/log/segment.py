@@ -422,8 +422,8 @@ class LogSegment:
         return None
 
     def offset_of_timestamp(self, timestamp: int, near_offset: int) -> int | None:
-        """Offset of the first record stamped ``timestamp`` in the first batch (from the indexed
-        batch of ``near_offset`` on) whose max timestamp is ``timestamp`` (ListOffsets MAX_TIMESTAMP)."""
+        """Offset of the first record stamped ``timestamp`` in the first batch whose max timestamp
+        it is, searching from the indexed position of ``near_offset`` (ListOffsets MAX_TIMESTAMP)."""
         self.ensure_indexes()
         _, position = self._offset_index.lookup(near_offset)
         for header in self.headers_from(position):

@@ -15,9 +15,9 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import validate_batches
 
 try:
-    from test_log_support import batch_offsets, make_batch, make_gzip_batch, read_bytes, records_of
+    from test_log_support import batch_offsets, make_batch, make_compressed_batch, read_bytes, records_of
 except ImportError:  # tests/ imported as a package
-    from tests.test_log_support import batch_offsets, make_batch, make_gzip_batch, read_bytes, records_of
+    from tests.test_log_support import batch_offsets, make_batch, make_compressed_batch, read_bytes, records_of
 
 BATCH_SIZE = len(make_batch(3))  # every batch of make_batch(3) has this size
 
@@ -271,10 +271,18 @@ def test_offset_for_timestamp_finds_the_record_inside_a_batch(tmp_path):
     assert log.offset_for_timestamp(10_916) is None
 
 
-def test_offset_for_timestamp_with_unordered_timestamps_and_compression(tmp_path):
+@pytest.mark.parametrize("codec", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
+def test_offset_for_timestamp_with_unordered_timestamps_and_compression(tmp_path, codec):
+    from kafka import codec as codecs
+
+    available = {1: codecs.has_gzip, 2: codecs.has_snappy, 3: codecs.has_lz4, 4: codecs.has_zstd}[codec]
+    if not available():
+        pytest.skip("compression library not installed")
     log = open_log(tmp_path)
     log.append(*records_of(make_batch(3, timestamps=[100, 130, 110])))
-    log.append(*records_of(make_gzip_batch([200, 250, 220, 260])))
+    compressed = make_compressed_batch([200, 250, 220, 260], codec)
+    assert compressed[21 + 1] & 0x07 == codec  # the builder did compress
+    log.append(*records_of(compressed))
     assert log.offset_for_timestamp(105) == (1, 130)
     assert log.offset_for_timestamp(131) == (3, 200)
     assert log.offset_for_timestamp(255) == (6, 260)

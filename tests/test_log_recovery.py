@@ -229,7 +229,7 @@ def test_manager_clean_shutdown_and_reload(tmp_path):
     assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
     assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == (
         "0\n2\nmy.topic-name_x 3 6\norders 0 36\n")
-    assert read_checkpoint(tmp_path / "log-start-offset-checkpoint") == {("orders", 0): 30 + 1,
+    assert read_checkpoint(tmp_path / "log-start-offset-checkpoint") == {("orders", 0): 31,
                                                                         ("my.topic-name_x", 3): 0}
 
     (tmp_path / "not-a-partition").mkdir()

@@ -46,11 +46,11 @@ def make_batch(values: list[bytes] | int, *, timestamps: list[int] | None = None
     return batch
 
 
-def make_gzip_batch(timestamps: list[int], value: bytes = b"v" * 50) -> bytearray:
-    """A gzip-compressed batch built by kafka-python's builder."""
+def make_compressed_batch(timestamps: list[int], codec: int = 1, value: bytes = b"v" * 50) -> bytearray:
+    """A batch compressed with ``codec`` (1 gzip, 2 snappy, 3 lz4, 4 zstd) by kafka-python's builder."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=1, is_transactional=False, producer_id=-1,
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
     for offset, timestamp in enumerate(timestamps):
         builder.append(offset, timestamp=timestamp, key=None, value=value, headers=[])

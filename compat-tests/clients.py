@@ -9,6 +9,7 @@ module so the contract's asserts report values.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import struct
@@ -91,6 +92,11 @@ def _headers(raw) -> tuple[tuple[str, bytes], ...]:
     return tuple((k, bytes(v) if v is not None else None) for k, v in (raw or ()))
 
 
+def _rec_from_consumer_record(r) -> Rec:
+    """kafka-python's and aiokafka's ConsumerRecord (timestamp type 0 is CreateTime)."""
+    return Rec(r.partition, r.offset, r.key, r.value, _headers(r.headers), r.timestamp, r.timestamp_type == 0)
+
+
 def _acks(acks) -> int:
     return -1 if acks == "all" else int(acks)
 
@@ -132,7 +138,32 @@ class Driver:
         raise NotImplementedError
 
 
-class ConfluentDriver(Driver):
+class SyncDriver(Driver):
+    """A blocking client: subclasses open a consumer assigned to one partition (``_assigned``)
+    and poll it (``_poll``); consuming and waiting for new data are written once, here."""
+
+    def _assigned(self, topic: str, partition: int, offset: int | None, reset: str = "earliest",
+                  max_wait_ms: int | None = None):
+        """A context manager yielding (consumer, partition handle), assigned and positioned at
+        ``offset`` (unless None), closed on exit."""
+        raise NotImplementedError
+
+    def _poll(self, consumer, count: int, deadline: float) -> list[Rec]:
+        raise NotImplementedError
+
+    def consume(self, topic, partition, offset, count, *, timeout=10.0, reset="earliest"):
+        with self._assigned(topic, partition, offset, reset) as (consumer, _):
+            return self._poll(consumer, count, time.monotonic() + timeout)
+
+    def wait_for_new(self, topic, partition, offset, trigger, *, max_wait_ms=5000, timeout=9.0):
+        with self._assigned(topic, partition, offset, max_wait_ms=max_wait_ms) as (consumer, _):
+            assert self._poll(consumer, 1, time.monotonic() + 1.0) == []
+            trigger()
+            got = self._poll(consumer, 1, time.monotonic() + timeout)
+            return (got[0] if got else None), time.monotonic()
+
+
+class ConfluentDriver(SyncDriver):
     name = "confluent-kafka"
 
     def _producer_config(self, acks, codec: str) -> dict:
@@ -162,10 +193,11 @@ class ConfluentDriver(Driver):
         # With acks=0 librdkafka reports no offset (None or a negative logical offset).
         return [reports[i] if reports[i] is not None and reports[i] >= 0 else None for i in range(len(msgs))]
 
-    def _consumer(self, reset: str, **extra):
-        from confluent_kafka import Consumer
+    @contextlib.contextmanager
+    def _assigned(self, topic, partition, offset, reset="earliest", max_wait_ms=None):
+        from confluent_kafka import Consumer, TopicPartition
 
-        return Consumer({
+        consumer = Consumer({
             "bootstrap.servers": self.bootstrap,
             "group.id": "unused-manual-assignment",  # librdkafka wants one; assign() never joins
             "enable.auto.commit": False,
@@ -174,8 +206,14 @@ class ConfluentDriver(Driver):
             "fetch.max.bytes": CLIENT_MAX_BYTES,
             "max.partition.fetch.bytes": CLIENT_MAX_BYTES,
             "receive.message.max.bytes": 2 * CLIENT_MAX_BYTES,
-            **extra,
+            **({"fetch.wait.max.ms": max_wait_ms} if max_wait_ms else {}),
         })
+        try:
+            if offset is not None:
+                consumer.assign([TopicPartition(topic, partition, offset)])
+            yield consumer, TopicPartition(topic, partition)
+        finally:
+            consumer.close()
 
     @staticmethod
     def _rec(m) -> Rec:
@@ -195,51 +233,20 @@ class ConfluentDriver(Driver):
             got.append(self._rec(m))
         return got
 
-    def consume(self, topic, partition, offset, count, *, timeout=10.0, reset="earliest"):
-        from confluent_kafka import TopicPartition
-
-        consumer = self._consumer(reset)
-        try:
-            consumer.assign([TopicPartition(topic, partition, offset)])
-            return self._poll(consumer, count, time.monotonic() + timeout)
-        finally:
-            consumer.close()
-
     def watermarks(self, topic, partition):
-        from confluent_kafka import TopicPartition
-
-        consumer = self._consumer("earliest")
-        try:
-            return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-        finally:
-            consumer.close()
+        with self._assigned(topic, partition, None) as (consumer, tp):
+            return consumer.get_watermark_offsets(tp, timeout=10)
 
     def offset_for_time(self, topic, partition, timestamp):
         from confluent_kafka import TopicPartition
 
-        consumer = self._consumer("earliest")
-        try:
+        with self._assigned(topic, partition, None) as (consumer, _):
             (tp,) = consumer.offsets_for_times([TopicPartition(topic, partition, timestamp)], timeout=10)
             assert tp.error is None, tp.error
             return tp.offset if tp.offset >= 0 else None
-        finally:
-            consumer.close()
-
-    def wait_for_new(self, topic, partition, offset, trigger, *, max_wait_ms=5000, timeout=9.0):
-        from confluent_kafka import TopicPartition
-
-        consumer = self._consumer("earliest", **{"fetch.wait.max.ms": max_wait_ms})
-        try:
-            consumer.assign([TopicPartition(topic, partition, offset)])
-            assert self._poll(consumer, 1, time.monotonic() + 1.0) == []
-            trigger()
-            got = self._poll(consumer, 1, time.monotonic() + timeout)
-            return (got[0] if got else None), time.monotonic()
-        finally:
-            consumer.close()
 
 
-class KafkaPythonDriver(Driver):
+class KafkaPythonDriver(SyncDriver):
     name = "kafka-python"
 
     def produce(self, topic, msgs, *, acks="all", codec="none"):
@@ -260,17 +267,25 @@ class KafkaPythonDriver(Driver):
         finally:
             producer.close(timeout=5)
 
-    def _consumer(self, reset: str, **extra):
-        from kafka import KafkaConsumer
+    @contextlib.contextmanager
+    def _assigned(self, topic, partition, offset, reset="earliest", max_wait_ms=None):
+        from kafka import KafkaConsumer, TopicPartition
 
-        return KafkaConsumer(
+        waits = {"fetch_max_wait_ms": max_wait_ms, "request_timeout_ms": max_wait_ms + 10000} if max_wait_ms else {}
+        consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False, auto_offset_reset=reset,
-            fetch_max_bytes=CLIENT_MAX_BYTES, max_partition_fetch_bytes=CLIENT_MAX_BYTES, **extra,
+            fetch_max_bytes=CLIENT_MAX_BYTES, max_partition_fetch_bytes=CLIENT_MAX_BYTES, **waits,
         )
+        tp = TopicPartition(topic, partition)
+        try:
+            if offset is not None:
+                consumer.assign([tp])
+                consumer.seek(tp, offset)
+            yield consumer, tp
+        finally:
+            consumer.close()
 
-    @staticmethod
-    def _rec(r) -> Rec:
-        return Rec(r.partition, r.offset, r.key, r.value, _headers(r.headers), r.timestamp, r.timestamp_type == 0)
+    _rec = staticmethod(_rec_from_consumer_record)
 
     def _poll(self, consumer, count: int, deadline: float) -> list[Rec]:
         got: list[Rec] = []
@@ -279,53 +294,14 @@ class KafkaPythonDriver(Driver):
                 got.extend(self._rec(r) for r in batch)
         return got
 
-    def consume(self, topic, partition, offset, count, *, timeout=10.0, reset="earliest"):
-        from kafka import TopicPartition
-
-        consumer = self._consumer(reset)
-        try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, offset)
-            return self._poll(consumer, count, time.monotonic() + timeout)
-        finally:
-            consumer.close()
-
     def watermarks(self, topic, partition):
-        from kafka import TopicPartition
-
-        consumer = self._consumer("earliest")
-        try:
-            tp = TopicPartition(topic, partition)
+        with self._assigned(topic, partition, None) as (consumer, tp):
             return consumer.beginning_offsets([tp])[tp], consumer.end_offsets([tp])[tp]
-        finally:
-            consumer.close()
 
     def offset_for_time(self, topic, partition, timestamp):
-        from kafka import TopicPartition
-
-        consumer = self._consumer("earliest")
-        try:
-            tp = TopicPartition(topic, partition)
+        with self._assigned(topic, partition, None) as (consumer, tp):
             found = consumer.offsets_for_times({tp: timestamp})[tp]
             return found.offset if found is not None else None
-        finally:
-            consumer.close()
-
-    def wait_for_new(self, topic, partition, offset, trigger, *, max_wait_ms=5000, timeout=9.0):
-        from kafka import TopicPartition
-
-        consumer = self._consumer("earliest", fetch_max_wait_ms=max_wait_ms, request_timeout_ms=max_wait_ms + 10000)
-        try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, offset)
-            assert self._poll(consumer, 1, time.monotonic() + 1.0) == []
-            trigger()
-            got = self._poll(consumer, 1, time.monotonic() + timeout)
-            return (got[0] if got else None), time.monotonic()
-        finally:
-            consumer.close()
 
 
 class AioKafkaDriver(Driver):
@@ -370,9 +346,7 @@ class AioKafkaDriver(Driver):
             fetch_max_bytes=CLIENT_MAX_BYTES, max_partition_fetch_bytes=CLIENT_MAX_BYTES, **extra,
         )
 
-    @staticmethod
-    def _rec(r) -> Rec:
-        return Rec(r.partition, r.offset, r.key, r.value, _headers(r.headers), r.timestamp, r.timestamp_type == 0)
+    _rec = staticmethod(_rec_from_consumer_record)
 
     async def _poll(self, consumer, count: int, deadline: float) -> list[Rec]:
         got: list[Rec] = []
@@ -543,6 +517,8 @@ class DataPathContract:
         assert offsets(got) == acked
         (batch,) = stored_batches(broker.bootstrap, topic_name)
         assert (batch.base_offset, batch.last_offset, batch.records) == (0, len(SAMPLE) - 1, len(SAMPLE))
+        # librdkafka silently sends a batch uncompressed when the broker's ApiVersions lack the API
+        # it keys codec support on (lz4: FindCoordinator, any version; see rdkafka_feature.c).
         assert batch.compression == CODEC_IDS[codec], f"the stored batch is not {codec}-compressed"
 
     def test_large_message(self, driver, topic_name):

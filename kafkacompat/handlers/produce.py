@@ -18,7 +18,7 @@ from kafkacompat.wire.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from kafkacompat.wire.records import validate_batches
+from kafkacompat.wire.records import validate_produce_records
 
 log = logging.getLogger("kafkacompat.produce")
 
@@ -61,10 +61,9 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         if request.acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is not one of 0, 1, -1")
         partition = _find_partition(ctx, name, topic_id, data.index)
-        if data.records is None:
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carried null records")
-        headers = validate_batches(data.records, partition.log.config.max_message_bytes)
-        info = partition.append(data.records, headers)
+        records = data.records if data.records is not None else memoryview(bytearray())
+        headers = validate_produce_records(records, ctx.version, partition.log.config.max_message_bytes)
+        info = partition.append(records, headers)
     except KafkaError as exc:
         result.error_code = exc.code
         result.error_message = exc.message

@@ -156,6 +156,43 @@ def validate_batches(records: memoryview, max_batch_bytes: int) -> list[BatchHea
     return headers
 
 
+ZSTD = 4
+ZSTD_SINCE_PRODUCE_VERSION = 7
+
+
+def validate_produce_records(records: memoryview, produce_version: int, max_batch_bytes: int) -> list[BatchHeader]:
+    """Kafka's rules for the records of one partition in a Produce request (v3+).
+
+    Exactly one magic-2 batch (INVALID_RECORD otherwise, as ProduceRequest.validateRecords),
+    no zstd before Produce v7 (UNSUPPORTED_COMPRESSION_TYPE), then the per-batch checks of
+    validate_batches (size, CRC).
+    """
+    if len(records) <= MAGIC_OFFSET:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {produce_version} must have at least one record batch per partition",
+        )
+    if records[MAGIC_OFFSET] != CURRENT_MAGIC:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {produce_version} are only allowed to contain record batches "
+            "with magic version 2",
+        )
+    headers = validate_batches(records, max_batch_bytes)
+    if produce_version < ZSTD_SINCE_PRODUCE_VERSION and headers[0].compression == ZSTD:
+        raise KafkaError(
+            ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+            f"Produce requests with version {produce_version} are not allowed to use ZStandard compression",
+        )
+    if len(headers) > 1:
+        raise KafkaError(
+            ErrorCode.INVALID_RECORD,
+            f"Produce requests with version {produce_version} are only allowed to contain exactly one record "
+            "batch per partition",
+        )
+    return headers
+
+
 def iter_batches(buf: memoryview | bytes | bytearray, start: int = 0, end: int | None = None) -> Iterator[BatchHeader]:
     """Yield headers of the complete batches in buf[start:end]; stop at a torn tail."""
     if end is None:

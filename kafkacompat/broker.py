@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
+from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.log import LogConfig, LogManager
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.chunks import Chunk
@@ -47,6 +48,7 @@ class Broker:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.cluster_id = ""
         self.port = config.port
+        self.groups = GroupCoordinator(self)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -58,6 +60,7 @@ class Broker:
         for topic in self.topics.by_name.values():
             self._open_partitions(topic, range(topic.partitions))
         self._warn_about_stray_logs()
+        self.groups.load()
 
     def close(self) -> None:
         self.logs.close()
@@ -247,6 +250,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             port = await nursery.start(serve_listener, broker, broker.config.host, broker.config.port)
             broker.port = port
             nursery.start_soon(broker.run_housekeeping)
+            nursery.start_soon(broker.groups.run)
             host, advertised_port = broker.advertised_endpoint()
             log.info(
                 "kafkacompat broker %d listening on %s:%d (advertised as %s:%d), data in %s",

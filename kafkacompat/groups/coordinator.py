@@ -1,0 +1,1039 @@
+"""The group coordinator: Kafka's classic group protocol (JoinGroup/SyncGroup/Heartbeat/LeaveGroup),
+committed offsets, and their durable form in __consumer_offsets.
+
+Everything that changes a group runs synchronously between two awaits (one Trio thread), so no
+locks are needed. Writes to __consumer_offsets go to the partition synchronously too, and a
+request is answered only after its records are in the log. Parked JoinGroup and SyncGroup
+requests wait on Trio events (``Waiter``); every timeout (session, rebalance, initial rebalance
+delay, pending sync) is an entry in one timer heap served by one task, ``run``. Time comes from
+Trio's clock (``trio.current_time``), so tests drive it with ``trio.testing.MockClock``; wall
+clock timestamps (commit times, retention) come from ``wall_clock``, which tests can replace.
+
+Behaviour, error codes and their order follow Kafka's ClassicGroupMetadataManager,
+GroupMetadataManager and OffsetMetadataManager (group-coordinator module).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import trio
+
+from kafkacompat.groups import storage
+from kafkacompat.groups.state import (
+    Group,
+    GroupState,
+    JoinResult,
+    Member,
+    SyncResult,
+    Waiter,
+)
+from kafkacompat.groups.storage import OFFSETS_TOPIC, OffsetCommitValue
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker import Broker
+
+log = logging.getLogger("kafkacompat.groups")
+
+EMPTY, PREPARING, COMPLETING, STABLE, DEAD = (
+    GroupState.EMPTY, GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE, GroupState.STABLE,
+    GroupState.DEAD,
+)
+# Kafka's group.classic.new.member.join.timeout: a new member parked in JoinGroup cannot
+# heartbeat, so its join is timed out after this long.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
+
+
+@dataclass(slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    client_id: str = ""
+    client_host: str = ""
+    version: int = 9
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    commit_timestamp: int = -1
+
+
+@dataclass(slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str | None = ""
+    error: int = 0
+
+
+def _store_error(exc: Exception) -> int:
+    """Kafka's appendGroupMetadataErrorToResponseError."""
+    code = exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
+    if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
+                ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER,):
+        return ErrorCode.NOT_COORDINATOR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return code
+
+
+def _commit_error(exc: Exception) -> int:
+    """Kafka's mapping of append errors for offset commits."""
+    code = exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
+    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    return _store_error(exc)
+
+
+class _Timers:
+    """Keyed one-shot timers in a heap; rescheduling a key replaces its previous entry."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, object, Callable[[], None]]] = []
+        self._live: dict[object, int] = {}
+        self._seq = itertools.count()
+        self.wakeup = trio.Event()
+        self.sleeping_until = float("inf")
+
+    def schedule(self, key: object, deadline_ms: float, callback: Callable[[], None]) -> None:
+        seq = next(self._seq)
+        self._live[key] = seq
+        heapq.heappush(self._heap, (deadline_ms, seq, key, callback))
+        if len(self._heap) > 2 * len(self._live) + 1024:
+            self._heap = [entry for entry in self._heap if self._live.get(entry[2]) == entry[1]]
+            heapq.heapify(self._heap)
+        if deadline_ms < self.sleeping_until:
+            self.wakeup.set()
+
+    def cancel(self, key: object) -> None:
+        self._live.pop(key, None)
+
+    def scheduled(self, key: object) -> bool:
+        return key in self._live
+
+    def next_deadline(self) -> float | None:
+        while self._heap and self._live.get(self._heap[0][2]) != self._heap[0][1]:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now_ms: float) -> list[Callable[[], None]]:
+        due = []
+        while self._heap and self._heap[0][0] <= now_ms:
+            _, seq, key, callback = heapq.heappop(self._heap)
+            if self._live.get(key) == seq:
+                del self._live[key]
+                due.append(callback)
+        return due
+
+
+class GroupCoordinator:
+    def __init__(self, broker: "Broker", *, wall_clock: Callable[[], int] | None = None) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.groups: dict[str, Group] = {}
+        self.loading = False
+        self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
+        self._timers = _Timers()
+
+    # ---- time and timers ----------------------------------------------------------------------
+
+    @staticmethod
+    def now_ms() -> float:
+        return trio.current_time() * 1000
+
+    def _schedule(self, key: object, delay_ms: float, callback: Callable[[], None]) -> None:
+        self._timers.schedule(key, self.now_ms() + delay_ms, callback)
+
+    def fire_due_timers(self) -> None:
+        for callback in self._timers.pop_due(self.now_ms()):
+            try:
+                callback()
+            except Exception:
+                log.exception("A group coordinator timer failed; the coordinator carries on")
+
+    async def run(self) -> None:
+        """The coordinator's background work: its timers and the offset retention check."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_timers)
+            nursery.start_soon(self._run_retention)
+
+    async def _run_timers(self) -> None:
+        timers = self._timers
+        while True:
+            self.fire_due_timers()
+            deadline = timers.next_deadline()
+            timers.wakeup = trio.Event()
+            if deadline is None:
+                timers.sleeping_until = float("inf")
+                await timers.wakeup.wait()
+            else:
+                timers.sleeping_until = deadline
+                with trio.move_on_at(deadline / 1000):
+                    await timers.wakeup.wait()
+            timers.sleeping_until = float("inf")
+
+    async def _run_retention(self) -> None:
+        while True:
+            await trio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
+            try:
+                self.cleanup_expired_offsets()
+            except Exception:
+                log.exception("Offset retention check failed; will retry")
+
+    # ---- __consumer_offsets -------------------------------------------------------------------
+
+    def offsets_topic(self):
+        return self.broker.topics.get(OFFSETS_TOPIC)
+
+    def ensure_offsets_topic(self):
+        topic = self.offsets_topic()
+        if topic is None:
+            config = self.config
+            topic = self.broker.create_topic(
+                OFFSETS_TOPIC,
+                config.offsets_topic_num_partitions,
+                min(config.offsets_topic_replication_factor, self.broker.live_broker_count()),
+                {
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(config.offsets_topic_segment_bytes),
+                },
+            )
+        return topic
+
+    def partition_for(self, group_id: str) -> int:
+        topic = self.offsets_topic()
+        count = topic.partitions if topic is not None else self.config.offsets_topic_num_partitions
+        return storage.partition_for(group_id, count)
+
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Write records for a group to its __consumer_offsets partition; raises on failure."""
+        from kafkacompat.wire.records import validate_batches
+
+        if not records:
+            return
+        self.ensure_offsets_topic()
+        partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        if partition is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition is not available")
+        batch = storage.build_batch(records, self.wall_clock(), self.config.offsets_topic_compression_codec)
+        view = memoryview(batch)
+        headers = validate_batches(view, partition.log.config.max_message_bytes)
+        partition.append(view, headers)
+
+    def _group_metadata_record(self, group: Group, assignment: dict[str, bytes] | None = None):
+        members = [
+            storage.MemberMetadataRecord(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, m.metadata(group.protocol_name),
+                assignment.get(m.member_id, b"") if assignment is not None else m.assignment,
+            )
+            for m in group.members.values()
+        ]
+        value = storage.GroupMetadataValue(
+            group.protocol_type or "", group.generation_id, group.protocol_name, group.leader_id,
+            group.state_timestamp if group.state_timestamp is not None else -1, members,
+        )
+        return storage.group_metadata_key(group.group_id), storage.group_metadata_value(value)
+
+    def _store_group(self, group: Group, assignment: dict[str, bytes] | None = None) -> int:
+        try:
+            self._append(group.group_id, [self._group_metadata_record(group, assignment)])
+        except (KafkaError, OSError) as exc:
+            log.warning("Could not store the metadata of group %s: %s", group.group_id, exc)
+            return _store_error(exc)
+        return ErrorCode.NONE
+
+    # ---- loading ------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild groups and offsets from __consumer_offsets (start-up)."""
+        topic = self.offsets_topic()
+        if topic is None:
+            return
+        self.loading = True
+        try:
+            for index in range(topic.partitions):
+                partition = self.broker.partition(OFFSETS_TOPIC, index)
+                if partition is not None:
+                    self._load_partition(partition)
+        finally:
+            self.loading = False
+        log.info("Loaded %d group(s) from %s", len(self.groups), OFFSETS_TOPIC)
+
+    def _load_partition(self, partition) -> None:
+        metadata: dict[str, storage.GroupMetadataValue | None] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+        position = partition.log_start_offset
+        end = partition.high_watermark
+        chunk = max(self.config.offsets_load_buffer_size, 1)
+        while position < end:
+            result = partition.log.read(position, chunk, max_offset=end, min_one_batch=True)
+            try:
+                data = result.read_all()
+            finally:
+                result.close()
+            if not data:
+                break
+            last = position
+            for offset, key, value in storage.iter_batch_records(data):
+                last = offset
+                if key is None:
+                    continue
+                decoded = storage.decode_key(key)
+                if isinstance(decoded, storage.OffsetKey):
+                    group_offsets = offsets.setdefault(decoded.group, {})
+                    tp = (decoded.topic, decoded.partition)
+                    if value is None:
+                        group_offsets.pop(tp, None)
+                    else:
+                        group_offsets[tp] = storage.decode_offset_value(value)
+                elif isinstance(decoded, storage.GroupKey):
+                    metadata[decoded.group] = None if value is None else storage.decode_group_value(value)
+            from kafkacompat.wire.records import iter_batches
+
+            next_position = max((h.next_offset for h in iter_batches(data)), default=last + 1)
+            position = max(next_position, position + 1)
+        for group_id, value in metadata.items():
+            if value is None:
+                self.groups.pop(group_id, None)
+                continue
+            self.groups[group_id] = self._group_from_record(group_id, value)
+        for group_id, group_offsets in offsets.items():
+            if not group_offsets:
+                continue
+            group = self.groups.get(group_id)
+            if group is None:
+                group = self.groups[group_id] = Group(group_id, self.wall_clock())
+                group.state_timestamp = None
+            group.offsets.update(group_offsets)
+
+    def _group_from_record(self, group_id: str, value: storage.GroupMetadataValue) -> Group:
+        group = Group(group_id, value.current_state_timestamp, STABLE if value.members else EMPTY)
+        group.state_timestamp = value.current_state_timestamp if value.current_state_timestamp >= 0 else None
+        group.generation_id = value.generation
+        group.protocol_type = value.protocol_type or None
+        group.protocol_name = value.protocol
+        for record in value.members:
+            member = Member(
+                record.member_id, record.group_instance_id, record.client_id, record.client_host,
+                record.rebalance_timeout if record.rebalance_timeout != -1 else record.session_timeout,
+                record.session_timeout, value.protocol_type, [(value.protocol or "", record.subscription)],
+                assignment=record.assignment,
+            )
+            group.add(member, None)
+        group.leader_id = value.leader
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        return group
+
+    # ---- helpers --------------------------------------------------------------------------
+
+    def _check_group_id(self, group_id: str | None) -> int:
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        if self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return ErrorCode.NONE
+
+    @staticmethod
+    def _validate_member(group: Group, member_id: str, instance_id: str | None) -> int:
+        if instance_id is not None:
+            existing = group.static_members.get(instance_id)
+            if existing is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                log.info("Member %s with instance id %s of group %s is fenced by %s",
+                         member_id, instance_id, group.group_id, existing)
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return ErrorCode.NONE
+
+    def _heartbeat_key(self, group: Group, member_id: str):
+        return ("heartbeat", group.group_id, member_id)
+
+    def _reschedule_heartbeat(self, group: Group, member: Member, timeout_ms: int | None = None) -> None:
+        group_id, member_id = group.group_id, member.member_id
+        self._schedule(
+            ("heartbeat", group_id, member_id),
+            member.session_timeout_ms if timeout_ms is None else timeout_ms,
+            lambda: self._expire_heartbeat(group_id, member_id),
+        )
+
+    def _expire_heartbeat(self, group_id: str, member_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return
+        if member_id in group.pending_members:
+            log.info("Pending member %s of group %s did not rejoin in time", member_id, group_id)
+            group.remove(member_id)
+            self._maybe_complete_join_phase(group)
+            return
+        member = group.members.get(member_id)
+        if member is not None and not member.has_satisfied_heartbeat():
+            log.info("Member %s of group %s is removed: its session timed out", member_id, group_id)
+            self._remove_member_and_update_group(group, member, "session timeout expired")
+
+    def _remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
+        self._timers.cancel(self._heartbeat_key(group, member.member_id))
+        if member.join_waiter is not None:
+            member.join_waiter.complete(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+            member.sync_waiter = None
+        group.remove(member.member_id)
+        if group.is_in(STABLE, COMPLETING):
+            self._prepare_rebalance(group, f"removing member {member.member_id}: {reason}")
+        elif group.is_in(PREPARING):
+            self._maybe_complete_join_phase(group)
+
+    def _maybe_prepare_rebalance_or_complete_join(self, group: Group, reason: str) -> None:
+        if group.can_rebalance():
+            self._prepare_rebalance(group, reason)
+        else:
+            self._maybe_complete_join_phase(group)
+
+    def _maybe_complete_join_phase(self, group: Group) -> None:
+        if group.is_in(PREPARING) and group.has_all_members_joined() and group.previous_state != EMPTY:
+            self._complete_join(group)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        if group.is_in(COMPLETING):
+            self._reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS)
+        self._timers.cancel(("sync", group.group_id))
+        is_initial = group.is_in(EMPTY)
+        group.transition_to(PREPARING, self.wall_clock())
+        log.info("Preparing to rebalance group %s (old generation %d): %s",
+                 group.group_id, group.generation_id, reason)
+        group_id = group.group_id
+        if is_initial:
+            delay = self.config.group_initial_rebalance_delay_ms
+            remaining = max(group.rebalance_timeout_ms() - delay, 0)
+            group.new_member_added = False
+            self._schedule(("join", group_id), delay, lambda: self._initial_delay_expired(group_id, delay, remaining))
+        elif group.has_all_members_joined():
+            self._complete_join(group)
+        else:
+            self._schedule(("join", group_id), group.rebalance_timeout_ms(), lambda: self._join_timeout(group_id))
+
+    def _initial_delay_expired(self, group_id: str, delay: int, remaining: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not group.is_in(PREPARING):
+            return
+        if group.new_member_added and remaining != 0:
+            group.new_member_added = False
+            initial = self.config.group_initial_rebalance_delay_ms
+            new_delay = min(initial, remaining)
+            new_remaining = max(remaining - initial, 0)
+            self._schedule(("join", group_id), new_delay,
+                           lambda: self._initial_delay_expired(group_id, new_delay, new_remaining))
+        else:
+            self._complete_join(group)
+
+    def _join_timeout(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.is_in(PREPARING):
+            self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        self._timers.cancel(("join", group.group_id))
+        if not group.is_in(PREPARING):
+            return
+        for member in [m for m in group.members.values() if not m.awaiting_join]:
+            log.info("Member %s of group %s did not rejoin within the rebalance timeout; removed",
+                     member.member_id, group.group_id)
+            self._timers.cancel(self._heartbeat_key(group, member.member_id))
+            if member.sync_waiter is not None:
+                member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+                member.sync_waiter = None
+            group.remove(member.member_id)
+        now = self.wall_clock()
+        group.generation_id += 1
+        if group.members:
+            group.protocol_name = group.select_protocol()
+            group.transition_to(COMPLETING, now)
+        else:
+            group.protocol_name = None
+            group.transition_to(EMPTY, now)
+        log.info("Group %s generation %d: %s with %d member(s), protocol %s", group.group_id, group.generation_id,
+                 group.state.value, len(group.members), group.protocol_name)
+        if group.is_in(EMPTY):
+            self._store_group(group, {})
+            return
+        members = group.current_members()
+        for member in group.members.values():
+            is_leader = group.is_leader(member.member_id)
+            result = JoinResult(
+                ErrorCode.NONE, member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
+                group.leader_id or "", False, members if is_leader else [],
+            )
+            if member.join_waiter is not None:
+                member.join_waiter.complete(result)
+                member.join_waiter = None
+            member.is_new = False
+            self._reschedule_heartbeat(group, member)
+        group.pending_sync = set(group.members)
+        group_id, generation = group.group_id, group.generation_id
+        self._schedule(("sync", group_id), group.rebalance_timeout_ms(),
+                       lambda: self._expire_pending_sync(group_id, generation))
+
+    def _expire_pending_sync(self, group_id: str, generation: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None or not group.is_in(COMPLETING, STABLE) or group.generation_id != generation:
+            return
+        for member_id in list(group.pending_sync):
+            member = group.members.get(member_id)
+            if member is not None:
+                log.info("Member %s of group %s did not send SyncGroup in time; removed", member_id, group_id)
+                self._timers.cancel(self._heartbeat_key(group, member_id))
+                if member.sync_waiter is not None:
+                    member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
+                    member.sync_waiter = None
+                group.remove(member_id)
+        group.pending_sync.clear()
+        self._prepare_rebalance(group, "members did not send SyncGroup within the rebalance timeout")
+
+    def _reset_and_propagate_assignment_error(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            member.assignment = b""
+        self._propagate_assignment(group, error)
+
+    def _propagate_assignment(self, group: Group, error: int) -> None:
+        for member in group.members.values():
+            if member.sync_waiter is not None:
+                member.sync_waiter.complete(SyncResult(
+                    error, member.assignment if error == ErrorCode.NONE else b"",
+                    group.protocol_type, group.protocol_name,
+                ))
+                member.sync_waiter = None
+                self._reschedule_heartbeat(group, member)
+
+    # ---- JoinGroup ----------------------------------------------------------------------------
+
+    async def join_group(self, request: JoinRequest) -> JoinResult:
+        outcome = self._join(request)
+        if isinstance(outcome, Waiter):
+            return await outcome.wait()
+        return outcome
+
+    def _join(self, req: JoinRequest) -> JoinResult | Waiter:
+        error = self._check_group_id(req.group_id)
+        if error:
+            return JoinResult(error, req.member_id)
+        config = self.config
+        if not config.group_min_session_timeout_ms <= req.session_timeout_ms <= config.group_max_session_timeout_ms:
+            return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id)
+        if req.rebalance_timeout_ms < 0:
+            req.rebalance_timeout_ms = req.session_timeout_ms  # JoinGroup v0 has no rebalance timeout
+        is_unknown = req.member_id == ""
+        group = self.groups.get(req.group_id)
+        is_new_group = group is None
+        if group is None:
+            if not is_unknown:
+                return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
+            group = self.groups[req.group_id] = Group(req.group_id, self.wall_clock())
+        if not self._accept_joining_member(group, req.member_id):
+            removed = group.remove(req.member_id)
+            if removed is not None:
+                self._timers.cancel(self._heartbeat_key(group, removed.member_id))
+            outcome: JoinResult | Waiter = JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, "")
+        elif is_unknown:
+            outcome = self._join_new_member(group, req)
+        else:
+            outcome = self._join_existing_member(group, req)
+        if is_new_group and isinstance(outcome, JoinResult):
+            error = self._store_group(group)
+            if error and outcome.error == ErrorCode.NONE:
+                outcome = JoinResult(error, req.member_id)
+        return outcome
+
+    def _accept_joining_member(self, group: Group, member_id: str) -> bool:
+        max_size = self.config.group_max_size
+        if group.is_in(EMPTY, DEAD):
+            return True
+        if group.is_in(PREPARING):
+            member = group.members.get(member_id)
+            return (member is not None and member.awaiting_join) or group.num_awaiting_join() < max_size
+        return member_id in group.members or len(group.members) < max_size
+
+    def _join_new_member(self, group: Group, req: JoinRequest) -> JoinResult | Waiter:
+        if group.is_in(DEAD):
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, "")
+        if not group.supports_protocols(req.protocol_type, [name for name, _ in req.protocols]):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "")
+        prefix = req.group_instance_id if req.group_instance_id is not None else req.client_id
+        new_member_id = f"{prefix}-{uuid.uuid4()}"
+        if req.group_instance_id is not None:
+            existing = group.static_members.get(req.group_instance_id)
+            if existing is not None:
+                log.info("Static member %s of group %s rejoins; replacing member id %s with %s",
+                         req.group_instance_id, group.group_id, existing, new_member_id)
+                return self._update_static_member(group, req, existing, new_member_id)
+            return self._add_member_and_rebalance(group, req, new_member_id)
+        if req.version >= 4:
+            group.pending_members.add(new_member_id)
+            group_id = group.group_id
+            self._schedule(("heartbeat", group_id, new_member_id), req.session_timeout_ms,
+                           lambda: self._expire_heartbeat(group_id, new_member_id))
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, new_member_id)
+        return self._add_member_and_rebalance(group, req, new_member_id)
+
+    def _join_existing_member(self, group: Group, req: JoinRequest) -> JoinResult | Waiter:
+        member_id = req.member_id
+        if group.is_in(DEAD):
+            return JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id)
+        if not group.supports_protocols(req.protocol_type, [name for name, _ in req.protocols]):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if member_id in group.pending_members:
+            return self._add_member_and_rebalance(group, req, member_id)
+        error = self._validate_member(group, member_id, req.group_instance_id)
+        if error:
+            return JoinResult(error, member_id)
+        member = group.members[member_id]
+        current = JoinResult(
+            ErrorCode.NONE, member_id, group.generation_id, group.protocol_type, group.protocol_name,
+            group.leader_id or "",
+        )
+        if group.is_in(PREPARING):
+            return self._update_member_and_rebalance(group, member, req)
+        if group.is_in(COMPLETING):
+            if member.matches(req.protocols):
+                if group.is_leader(member_id):
+                    current.members = group.current_members()
+                return current
+            return self._update_member_and_rebalance(group, member, req)
+        if group.is_in(STABLE):
+            if group.is_leader(member_id) or not member.matches(req.protocols):
+                return self._update_member_and_rebalance(group, member, req)
+            return current
+        return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+
+    def _add_member_and_rebalance(self, group: Group, req: JoinRequest, member_id: str) -> Waiter:
+        member = Member(
+            member_id, req.group_instance_id, req.client_id, req.client_host, req.rebalance_timeout_ms,
+            req.session_timeout_ms, req.protocol_type, list(req.protocols), is_new=True,
+        )
+        if group.is_in(PREPARING) and group.previous_state == EMPTY:
+            group.new_member_added = True
+        waiter = Waiter()
+        group.add(member, waiter)
+        self._reschedule_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance_or_complete_join(
+            group, f"adding new member {member_id} with group instance id {req.group_instance_id}")
+        return waiter
+
+    def _update_member_and_rebalance(self, group: Group, member: Member, req: JoinRequest) -> Waiter:
+        waiter = Waiter()
+        group.update_member(member, list(req.protocols), req.rebalance_timeout_ms, req.session_timeout_ms, waiter)
+        self._maybe_prepare_rebalance_or_complete_join(
+            group, f"member {member.member_id} joins during {group.state.value}")
+        return waiter
+
+    def _update_static_member(self, group: Group, req: JoinRequest, old_id: str, new_id: str) -> JoinResult | Waiter:
+        current_leader = group.leader_id
+        self._timers.cancel(self._heartbeat_key(group, old_id))
+        member = group.replace_static_member(req.group_instance_id, old_id, new_id)
+        self._reschedule_heartbeat(group, member)
+        old_protocols = member.protocols
+        old_rebalance, old_session = member.rebalance_timeout_ms, member.session_timeout_ms
+        waiter = Waiter()
+        group.update_member(member, list(req.protocols), req.rebalance_timeout_ms, req.session_timeout_ms, waiter)
+        if group.is_in(STABLE):
+            if group.protocol_name == group.select_protocol():
+                error = self._store_group(group)
+                member.join_waiter = None
+                if error:
+                    group.update_member(member, old_protocols, old_rebalance, old_session, None)
+                    group.replace_static_member(req.group_instance_id, new_id, old_id)
+                    self._timers.cancel(self._heartbeat_key(group, new_id))
+                    self._reschedule_heartbeat(group, group.members[old_id])
+                    return JoinResult(error, "", group.generation_id, group.protocol_type, group.protocol_name,
+                                      current_leader or "")
+                if req.version >= 9:
+                    is_leader = group.is_leader(new_id)
+                    return JoinResult(
+                        ErrorCode.NONE, new_id, group.generation_id, group.protocol_type, group.protocol_name,
+                        group.leader_id or "", is_leader, group.current_members() if is_leader else [],
+                    )
+                return JoinResult(ErrorCode.NONE, new_id, group.generation_id, group.protocol_type,
+                                  group.protocol_name, current_leader or "")
+            self._maybe_prepare_rebalance_or_complete_join(
+                group, f"static member {new_id} rejoined with a change of protocol")
+        elif group.is_in(COMPLETING):
+            self._prepare_rebalance(group, f"static member {new_id} rejoined during CompletingRebalance")
+        else:
+            self._maybe_complete_join_phase(group)
+        return waiter
+
+    # ---- SyncGroup ----------------------------------------------------------------------------
+
+    async def sync_group(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                         protocol_type: str | None, protocol_name: str | None,
+                         assignments: dict[str, bytes]) -> SyncResult:
+        outcome = self._sync(group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
+                             assignments)
+        if isinstance(outcome, Waiter):
+            return await outcome.wait()
+        return outcome
+
+    def _sync(self, group_id, generation_id, member_id, instance_id, protocol_type, protocol_name,
+              assignments) -> SyncResult | Waiter:
+        error = self._check_group_id(group_id)
+        if error:
+            return SyncResult(error)
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(EMPTY):
+            return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
+        if group.is_in(DEAD):
+            return SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        error = self._validate_member(group, member_id, instance_id)
+        if error:
+            return SyncResult(error)
+        if generation_id != group.generation_id:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        if (protocol_type is not None and group.protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and group.protocol_name is not None and protocol_name != group.protocol_name):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if group.is_in(PREPARING):
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        member = group.members[member_id]
+        if group.is_in(STABLE):
+            self._remove_pending_sync(group, member_id)
+            return SyncResult(ErrorCode.NONE, member.assignment, group.protocol_type, group.protocol_name)
+        # CompletingRebalance
+        waiter = Waiter()
+        if member.sync_waiter is not None:
+            member.sync_waiter.complete(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS))
+        member.sync_waiter = waiter
+        self._remove_pending_sync(group, member_id)
+        if group.is_leader(member_id):
+            assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+            missing = [mid for mid in group.members if mid not in assignments]
+            if missing:
+                log.warning("Group %s generation %d: no assignment for members %s; giving them empty ones",
+                            group_id, group.generation_id, missing)
+            error = self._store_group(group, assignment)
+            if group.is_in(COMPLETING) and group.generation_id == generation_id:
+                if error:
+                    self._reset_and_propagate_assignment_error(group, error)
+                    self._maybe_prepare_rebalance_or_complete_join(group, f"error {error} storing the assignment")
+                else:
+                    for mid, member_assignment in assignment.items():
+                        group.members[mid].assignment = member_assignment
+                    self._propagate_assignment(group, ErrorCode.NONE)
+                    group.transition_to(STABLE, self.wall_clock())
+                    log.info("Group %s is Stable at generation %d with %d member(s)", group_id,
+                             group.generation_id, len(group.members))
+        return waiter
+
+    def _remove_pending_sync(self, group: Group, member_id: str) -> None:
+        group.pending_sync.discard(member_id)
+        if not group.pending_sync:
+            self._timers.cancel(("sync", group.group_id))
+
+    # ---- Heartbeat / LeaveGroup -------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None) -> int:
+        error = self._check_group_id(group_id)
+        if error:
+            return error
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        error = self._validate_member(group, member_id, instance_id)
+        if error:
+            return error
+        if generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        if group.is_in(EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        self._reschedule_heartbeat(group, group.members[member_id])
+        if group.is_in(PREPARING):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def leave_group(self, group_id: str, members: list[tuple[str, str | None]]) -> tuple[int, list[int]]:
+        """(top-level error, per-member errors) for (member id, group instance id) pairs."""
+        error = self._check_group_id(group_id)
+        if error:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, []
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        errors = []
+        for member_id, instance_id in members:
+            if member_id == "":
+                if instance_id is not None and instance_id in group.static_members:
+                    member = group.members[group.static_members[instance_id]]
+                    self._remove_member_and_update_group(group, member, "left by group instance id")
+                    errors.append(ErrorCode.NONE)
+                else:
+                    errors.append(ErrorCode.UNKNOWN_MEMBER_ID)
+            elif member_id in group.pending_members:
+                group.remove(member_id)
+                self._timers.cancel(self._heartbeat_key(group, member_id))
+                errors.append(ErrorCode.NONE)
+            else:
+                error = self._validate_member(group, member_id, instance_id)
+                if error == ErrorCode.NONE:
+                    log.info("Member %s leaves group %s", member_id, group_id)
+                    self._remove_member_and_update_group(group, group.members[member_id], "left the group")
+                errors.append(error)
+        return ErrorCode.NONE, errors
+
+    # ---- offsets ------------------------------------------------------------------------------
+
+    def _validate_offset_commit(self, group: Group, member_id: str, instance_id: str | None,
+                                generation_id: int) -> int:
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and group.is_in(EMPTY):
+            return ErrorCode.NONE
+        if generation_id >= 0 or member_id != "" or instance_id is not None:
+            error = self._validate_member(group, member_id, instance_id)
+            if error:
+                return error
+            if generation_id != group.generation_id:
+                return ErrorCode.ILLEGAL_GENERATION
+        elif not group.is_in(EMPTY):
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if group.is_in(COMPLETING):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
+                       partitions: list[CommitPartition], *, retention_ms: int = -1,
+                       version: int = 8) -> list[int]:
+        """Per-partition error codes, in the order of ``partitions``; acknowledged after the append."""
+        error = self._check_group_id(group_id)
+        group = self.groups.get(group_id) if not error else None
+        created = False
+        if not error:
+            if group is None:
+                if generation_id < 0:
+                    group = Group(group_id, self.wall_clock())
+                    created = True
+                else:
+                    error = ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
+            else:
+                error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+        if error:
+            return [error] * len(partitions)
+        assert group is not None
+        now = self.wall_clock()
+        errors: list[int] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        values: list[tuple[tuple[str, int], OffsetCommitValue]] = []
+        max_metadata = self.config.offset_metadata_max_bytes
+        for p in partitions:
+            if self.broker.partition(p.topic, p.partition) is None:
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if p.metadata is not None and len(p.metadata.encode("utf-8")) > max_metadata:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                continue
+            commit_ts = p.commit_timestamp if p.commit_timestamp >= 0 else now
+            value = OffsetCommitValue(
+                p.offset, p.leader_epoch, p.metadata or "", commit_ts,
+                commit_ts + retention_ms if retention_ms >= 0 else -1,
+            )
+            records.append((storage.offset_commit_key(group_id, p.topic, p.partition),
+                            storage.offset_commit_value(value)))
+            values.append(((p.topic, p.partition), value))
+            errors.append(ErrorCode.NONE)
+        member = group.members.get(member_id)
+        if member is not None and generation_id == group.generation_id:
+            self._reschedule_heartbeat(group, member)
+        if records:
+            try:
+                self._append(group_id, records)
+            except (KafkaError, OSError) as exc:
+                log.warning("Could not store offsets of group %s: %s", group_id, exc)
+                code = _commit_error(exc)
+                return [code if e == ErrorCode.NONE else e for e in errors]
+        if created:
+            self.groups[group_id] = group
+        for tp, value in values:
+            group.offsets[tp] = value
+        return errors
+
+    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
+                      require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
+        """(group error, offsets); ``topics`` None means every committed partition of the group."""
+        if self.loading:
+            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
+        if not group_id and topics is None:
+            return ErrorCode.NONE, []
+        group = self.groups.get(group_id)
+        offsets = group.offsets if group is not None and not group.is_in(DEAD) else {}
+        if topics is None:
+            return ErrorCode.NONE, [
+                FetchedOffset(t, p, v.offset, v.leader_epoch, v.metadata)
+                for (t, p), v in sorted(offsets.items())
+            ]
+        result = []
+        for topic, indexes in topics:
+            for index in indexes:
+                value = offsets.get((topic, index))
+                if value is None:
+                    result.append(FetchedOffset(topic, index))
+                else:
+                    result.append(FetchedOffset(topic, index, value.offset, value.leader_epoch, value.metadata))
+        return ErrorCode.NONE, result
+
+    def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, list[int]]:
+        error = self._check_group_id(group_id)
+        if error:
+            return error, []
+        group = self.groups.get(group_id)
+        if group is None or group.is_in(DEAD):
+            return ErrorCode.GROUP_ID_NOT_FOUND, []
+        if not group.is_in(EMPTY) and not group.uses_consumer_protocol():
+            return ErrorCode.NON_EMPTY_GROUP, []
+        errors = []
+        records = []
+        to_delete = []
+        for topic, index in partitions:
+            if not group.is_in(EMPTY) and group.is_subscribed_to(topic):
+                errors.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                continue
+            errors.append(ErrorCode.NONE)
+            if (topic, index) in group.offsets:
+                records.append((storage.offset_commit_key(group_id, topic, index), None))
+                to_delete.append((topic, index))
+        if records:
+            try:
+                self._append(group_id, records)
+            except (KafkaError, OSError) as exc:
+                return _store_error(exc), []
+        for tp in to_delete:
+            group.offsets.pop(tp, None)
+        return ErrorCode.NONE, errors
+
+    # ---- admin --------------------------------------------------------------------------------
+
+    def describe_group(self, group_id: str) -> tuple[int, Group | None]:
+        error = self._check_group_id(group_id) if group_id else ErrorCode.NONE
+        if error:
+            return error, None
+        group = self.groups.get(group_id)
+        return ErrorCode.NONE, group
+
+    def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[Group]:
+        wanted_states = {s.lower() for s in states} if states else None
+        wanted_types = {t.lower() for t in types} if types else None
+        if wanted_types is not None and "classic" not in wanted_types:
+            return []
+        return [
+            g for g in self.groups.values()
+            if not g.is_in(DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
+        ]
+
+    def delete_groups(self, group_ids: list[str]) -> list[int]:
+        results = []
+        for group_id in group_ids:
+            error = self._check_group_id(group_id)
+            if error:
+                results.append(error)
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.is_in(DEAD):
+                results.append(ErrorCode.GROUP_ID_NOT_FOUND)
+                continue
+            if not group.is_in(EMPTY):
+                results.append(ErrorCode.NON_EMPTY_GROUP)
+                continue
+            records = [(storage.offset_commit_key(group_id, t, p), None) for (t, p) in group.offsets]
+            records.append((storage.group_metadata_key(group_id), None))
+            try:
+                self._append(group_id, records)
+            except (KafkaError, OSError) as exc:
+                results.append(_store_error(exc))
+                continue
+            group.transition_to(DEAD, self.wall_clock())
+            del self.groups[group_id]
+            log.info("Deleted group %s and its %d committed offset(s)", group_id, len(group.offsets))
+            results.append(ErrorCode.NONE)
+        return results
+
+    # ---- retention ----------------------------------------------------------------------------
+
+    def cleanup_expired_offsets(self) -> int:
+        """Kafka 2.1+ retention (KIP-211); returns how many offsets were removed."""
+        now = self.wall_clock()
+        retention = self.config.offsets_retention_minutes * 60 * 1000
+        removed = 0
+        for group in list(self.groups.values()):
+            if group.is_in(DEAD):
+                continue
+            base: Callable[[OffsetCommitValue], int] | None = None
+            subscribed: set[str] | None = None
+            if group.protocol_type:
+                if group.is_in(EMPTY):
+                    state_ts = group.state_timestamp
+                    base = (lambda v, ts=state_ts: ts if ts is not None else v.commit_timestamp)
+                elif group.uses_consumer_protocol() and group.is_in(STABLE):
+                    subscribed = group.subscribed_topics()
+                    if subscribed is not None:
+                        base = lambda v: v.commit_timestamp  # noqa: E731
+            else:
+                base = lambda v: v.commit_timestamp  # noqa: E731
+            expired = []
+            if base is not None:
+                for tp, value in group.offsets.items():
+                    if subscribed is not None and tp[0] in subscribed:
+                        continue
+                    if value.expire_timestamp >= 0:
+                        if now >= value.expire_timestamp:
+                            expired.append(tp)
+                    elif now - base(value) >= retention:
+                        expired.append(tp)
+            records = [(storage.offset_commit_key(group.group_id, t, p), None) for (t, p) in expired]
+            becomes_dead = group.is_in(EMPTY) and len(expired) == len(group.offsets) and not group.members
+            if becomes_dead:
+                records.append((storage.group_metadata_key(group.group_id), None))
+            if not records:
+                continue
+            try:
+                self._append(group.group_id, records)
+            except (KafkaError, OSError) as exc:
+                log.warning("Could not expire offsets of group %s: %s", group.group_id, exc)
+                continue
+            for tp in expired:
+                del group.offsets[tp]
+            removed += len(expired)
+            if becomes_dead:
+                group.transition_to(DEAD, now)
+                del self.groups[group.group_id]
+            if expired:
+                log.info("Removed %d expired offset(s) of group %s", len(expired), group.group_id)
+        return removed

@@ -1,0 +1,523 @@
+"""The group coordinator's state machine, transition by transition, on a real broker (real logs,
+real __consumer_offsets) with Trio's MockClock driving every timeout: nothing here sleeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from kafkacompat.broker import Broker
+from kafkacompat.config import BrokerConfig
+from kafkacompat.groups.coordinator import CommitPartition, GroupCoordinator, JoinRequest
+from kafkacompat.groups.state import GroupState
+from kafkacompat.wire.errors import ErrorCode
+
+E = ErrorCode
+SESSION = 10_000
+REBALANCE = 30_000
+
+
+class Harness:
+    def __init__(self, broker: Broker, clock: trio.testing.MockClock, nursery: trio.Nursery) -> None:
+        self.broker = broker
+        self.coord: GroupCoordinator = broker.groups
+        self.clock = clock
+        self.nursery = nursery
+        self.results: dict[str, object] = {}
+
+    async def advance(self, ms: float) -> None:
+        """Move the clock, stopping at every timer deadline on the way, and let the timer task
+        and every woken handler run at each stop (as if the time had really passed)."""
+        await trio.testing.wait_all_tasks_blocked()
+        target = trio.current_time() + ms / 1000
+        while True:
+            deadline = self.coord._timers.next_deadline()
+            stop = target if deadline is None else min(target, deadline / 1000)
+            if stop > trio.current_time():
+                self.clock.jump(stop - trio.current_time())
+            await trio.testing.wait_all_tasks_blocked()
+            if stop >= target:
+                return
+
+    def join_soon(self, tag: str, group: str, member_id: str = "", *, protocols=(("range", b"m"),),
+                  instance: str | None = None, version: int = 5, session: int = SESSION,
+                  rebalance: int = REBALANCE, protocol_type: str = "consumer") -> None:
+        request = JoinRequest(group, member_id, instance, session, rebalance, protocol_type,
+                              [(n, m) for n, m in protocols], client_id=tag, client_host="/127.0.0.1",
+                              version=version)
+
+        async def run():
+            self.results[tag] = await self.coord.join_group(request)
+
+        self.results.pop(tag, None)
+        self.nursery.start_soon(run)
+
+    async def join(self, *args, **kwargs):
+        self.join_soon(*args, **kwargs)
+        await trio.testing.wait_all_tasks_blocked()
+        return self.results.get(args[0])
+
+    async def join_dynamic(self, tag: str, group: str, **kwargs):
+        """MEMBER_ID_REQUIRED round trip, then the parked join (returns None while parked)."""
+        first = await self.join(tag, group, **kwargs)
+        assert first.error == E.MEMBER_ID_REQUIRED and first.member_id.startswith(tag + "-")
+        return first.member_id, await self.join(tag, group, first.member_id, **kwargs)
+
+    def sync_soon(self, tag: str, group: str, generation: int, member_id: str, assignments=None,
+                  instance: str | None = None) -> None:
+        async def run():
+            self.results[tag] = await self.coord.sync_group(group, generation, member_id, instance, None, None,
+                                                            assignments or {})
+
+        self.results.pop(tag, None)
+        self.nursery.start_soon(run)
+
+    async def sync(self, *args, **kwargs):
+        self.sync_soon(*args, **kwargs)
+        await trio.testing.wait_all_tasks_blocked()
+        return self.results.get(args[0])
+
+    async def stable_group(self, group: str, tags: list[str], **kwargs) -> dict[str, str]:
+        """Members join (during the initial delay), the leader assigns, everybody syncs."""
+        ids = {}
+        for tag in tags:
+            ids[tag], parked = await self.join_dynamic(tag, group, **kwargs)
+            assert parked is None
+        await h_advance_until(self, tags, self.broker.config.group_initial_rebalance_delay_ms)
+        results = {tag: self.results[tag] for tag in tags}
+        leader = [t for t in tags if results[t].members][0]
+        generation = results[leader].generation_id
+        for tag in tags:
+            if tag != leader:
+                self.sync_soon(tag, group, generation, ids[tag])
+        await self.sync(leader, group, generation, ids[leader], {ids[t]: t.encode() for t in tags})
+        await trio.testing.wait_all_tasks_blocked()
+        for tag in tags:
+            assert self.results[tag].error == E.NONE and self.results[tag].assignment == tag.encode()
+        assert self.coord.groups[group].state == GroupState.STABLE
+        return ids
+
+
+async def h_advance_until(h: "Harness", tags: list[str], step: int) -> None:
+    for _ in range(20):
+        if all(tag in h.results for tag in tags):
+            return
+        await h.advance(step)
+    raise AssertionError("the join phase did not complete")
+
+
+def run_test(tmp_path: Path, body, **config):
+    config.setdefault("group_initial_rebalance_delay_ms", 3000)
+    config.setdefault("group_min_session_timeout_ms", 1000)
+
+    async def main():
+        broker = Broker(BrokerConfig(data_dir=tmp_path / "data", **config))
+        broker.open()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(broker.groups.run)
+                await body(Harness(broker, trio.lowlevel.current_clock(), nursery))
+                nursery.cancel_scope.cancel()
+        finally:
+            broker.close()
+
+    trio.run(main, clock=trio.testing.MockClock())
+
+
+# ---- join phase -------------------------------------------------------------------------------
+
+
+def test_member_id_required_then_initial_delay_then_sync(tmp_path):
+    async def body(h: Harness):
+        member_id, parked = await h.join_dynamic("a", "g")
+        assert parked is None
+        group = h.coord.groups["g"]
+        assert group.state == GroupState.PREPARING_REBALANCE
+        await h.advance(2_900)
+        assert "a" not in h.results  # still inside group.initial.rebalance.delay.ms
+        await h.advance(100)
+        result = h.results["a"]
+        assert (result.error, result.generation_id, result.leader_id, result.member_id) == (E.NONE, 1, member_id, member_id)
+        assert result.protocol_name == "range" and result.members == [(member_id, None, b"m")]
+        assert group.state == GroupState.COMPLETING_REBALANCE
+        sync = await h.sync("a", "g", 1, member_id, {member_id: b"assigned"})
+        assert (sync.error, sync.assignment, sync.protocol_name) == (E.NONE, b"assigned", "range")
+        assert group.state == GroupState.STABLE
+        assert h.coord.heartbeat("g", 1, member_id, None) == E.NONE
+
+    run_test(tmp_path, body)
+
+
+def test_join_v3_needs_no_member_id_round_trip(tmp_path):
+    async def body(h: Harness):
+        assert await h.join("a", "g", version=3) is None
+        await h.advance(3_000)
+        assert h.results["a"].error == E.NONE and h.results["a"].member_id.startswith("a-")
+
+    run_test(tmp_path, body)
+
+
+def test_initial_delay_is_extended_while_members_keep_joining(tmp_path):
+    async def body(h: Harness):
+        await h.join_dynamic("a", "g", rebalance=10_000)
+        await h.advance(2_000)
+        await h.join_dynamic("b", "g", rebalance=10_000)
+        await h.advance(1_000)  # t=3s: a member joined during the delay, so it is extended by 3s
+        assert "a" not in h.results and "b" not in h.results
+        await h.advance(2_999)
+        assert "a" not in h.results
+        await h.advance(1)  # t=6s
+        assert h.results["a"].generation_id == h.results["b"].generation_id == 1
+        assert len(h.results["a"].members) == 2  # the first member to join leads
+
+    run_test(tmp_path, body)
+
+
+def test_protocol_selection_most_votes_among_common_protocols(tmp_path):
+    async def body(h: Harness):
+        await h.join_dynamic("a", "g", protocols=[("range", b"1"), ("roundrobin", b"1"), ("sticky", b"1")])
+        await h.join_dynamic("b", "g", protocols=[("sticky", b"2"), ("roundrobin", b"2")])
+        await h.join_dynamic("c", "g", protocols=[("roundrobin", b"3"), ("sticky", b"3")])
+        await h.advance(6_000)  # members joined during the initial delay: it was extended once
+        # range is not supported by all; votes: a->roundrobin, b->sticky, c->roundrobin
+        assert h.results["a"].protocol_name == "roundrobin"
+        assert sorted(md for _, _, md in h.results["a"].members) == [b"1", b"2", b"3"]
+
+    run_test(tmp_path, body)
+
+
+def test_inconsistent_group_protocol(tmp_path):
+    async def body(h: Harness):
+        await h.stable_group("g", ["a"])
+        assert (await h.join("x", "g", protocol_type="connect")).error == E.INCONSISTENT_GROUP_PROTOCOL
+        assert (await h.join("y", "g", protocols=[("other", b"")])).error == E.INCONSISTENT_GROUP_PROTOCOL
+        assert (await h.join("z", "g2", protocol_type="")).error == E.INCONSISTENT_GROUP_PROTOCOL
+        ids = h.coord.groups["g"].members
+        member_id = next(iter(ids))
+        result = await h.coord.sync_group("g", 1, member_id, None, "consumer", "roundrobin", {})
+        assert result.error == E.INCONSISTENT_GROUP_PROTOCOL
+
+    run_test(tmp_path, body)
+
+
+def test_join_and_request_validation_errors(tmp_path):
+    async def body(h: Harness):
+        assert (await h.join("a", "")).error == E.INVALID_GROUP_ID
+        assert (await h.join("a", "g", session=500)).error == E.INVALID_SESSION_TIMEOUT
+        assert (await h.join("a", "g", session=2_000_000)).error == E.INVALID_SESSION_TIMEOUT
+        assert (await h.join("a", "nogroup", "some-member")).error == E.UNKNOWN_MEMBER_ID
+        assert h.coord.heartbeat("nogroup", 1, "m", None) == E.UNKNOWN_MEMBER_ID
+        assert (await h.coord.sync_group("nogroup", 1, "m", None, None, None, {})).error == E.UNKNOWN_MEMBER_ID
+        assert h.coord.leave_group("nogroup", [("m", None)])[0] == E.UNKNOWN_MEMBER_ID
+        ids = await h.stable_group("g", ["a", "b"])
+        assert h.coord.heartbeat("g", 1, "stranger", None) == E.UNKNOWN_MEMBER_ID
+        assert h.coord.heartbeat("g", 7, ids["a"], None) == E.ILLEGAL_GENERATION
+        assert (await h.coord.sync_group("g", 7, ids["a"], None, None, None, {})).error == E.ILLEGAL_GENERATION
+        assert h.coord.delete_groups(["g", "missing", ""]) == [E.NON_EMPTY_GROUP, E.GROUP_ID_NOT_FOUND,
+                                                              E.INVALID_GROUP_ID]
+
+    run_test(tmp_path, body)
+
+
+def test_group_max_size(tmp_path):
+    async def body(h: Harness):
+        await h.stable_group("g", ["a", "b"])
+        # Kafka checks the size before handing out a member id
+        assert (await h.join("c", "g")).error == E.GROUP_MAX_SIZE_REACHED
+        assert len(h.coord.groups["g"].members) == 2
+        # existing members still rejoin
+        h.join_soon("a", "g", next(iter(h.coord.groups["g"].members)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.coord.groups["g"].state == GroupState.PREPARING_REBALANCE
+
+    run_test(tmp_path, body, group_max_size=2)
+
+
+# ---- timeouts ---------------------------------------------------------------------------------
+
+
+def test_session_timeout_removes_member_and_rebalances(tmp_path):
+    async def body(h: Harness):
+        ids = await h.stable_group("g", ["a", "b"])
+        group = h.coord.groups["g"]
+        for _ in range(3):
+            assert h.coord.heartbeat("g", 1, ids["a"], None) == E.NONE
+            await h.advance(SESSION / 4)
+            assert ids["b"] in group.members
+        await h.advance(SESSION / 4)
+        # b never heartbeated: it was removed after its session timeout
+        assert ids["b"] not in group.members
+        assert group.state == GroupState.PREPARING_REBALANCE
+        assert h.coord.heartbeat("g", 1, ids["a"], None) == E.REBALANCE_IN_PROGRESS
+        assert (await h.coord.sync_group("g", 1, ids["a"], None, None, None, {})).error == E.REBALANCE_IN_PROGRESS
+        rejoin = await h.join("a", "g", ids["a"])
+        # all remaining members rejoined and this is not the initial rebalance: completes at once
+        assert rejoin.generation_id == 2 and [m for m, _, _ in rejoin.members] == [ids["a"]]
+
+    run_test(tmp_path, body)
+
+
+def test_rebalance_timeout_removes_members_that_did_not_rejoin(tmp_path):
+    async def body(h: Harness):
+        ids = await h.stable_group("g", ["a", "b"], rebalance=20_000)
+        h.join_soon("a", "g", ids["a"], rebalance=20_000)  # the leader rejoins: rebalance
+        await trio.testing.wait_all_tasks_blocked()
+        group = h.coord.groups["g"]
+        assert group.state == GroupState.PREPARING_REBALANCE and "a" not in h.results
+        for _ in range(3):  # b keeps heartbeating but never rejoins
+            await h.advance(6_000)
+            assert h.coord.heartbeat("g", 1, ids["b"], None) == E.REBALANCE_IN_PROGRESS
+        await h.advance(2_000)  # t = 20s
+        result = h.results["a"]
+        assert result.generation_id == 2 and [m for m, _, _ in result.members] == [ids["a"]]
+        assert ids["b"] not in group.members
+        assert h.coord.heartbeat("g", 2, ids["b"], None) == E.UNKNOWN_MEMBER_ID
+
+    run_test(tmp_path, body)
+
+
+def test_pending_member_that_never_rejoins_expires(tmp_path):
+    async def body(h: Harness):
+        first = await h.join("a", "g")
+        assert h.coord.groups["g"].pending_members == {first.member_id}
+        await h.advance(SESSION)
+        assert not h.coord.groups["g"].pending_members
+
+    run_test(tmp_path, body)
+
+
+def test_follower_sync_waits_for_leader_and_laggard_leader_times_out(tmp_path):
+    async def body(h: Harness):
+        ids = {}
+        for tag in ("a", "b"):
+            ids[tag], _ = await h.join_dynamic(tag, "g", rebalance=15_000)
+        await h.advance(6_000)  # the second join extended the initial delay once
+        h.sync_soon("b", "g", 1, ids["b"])
+        await h.advance(5_000)
+        assert "b" not in h.results  # parked until the leader's assignment
+        assert h.coord.heartbeat("g", 1, ids["b"], None) == E.NONE
+        await h.advance(10_000)  # the leader never synced within the rebalance timeout
+        assert h.results["b"].error == E.REBALANCE_IN_PROGRESS
+        assert ids["a"] not in h.coord.groups["g"].members
+
+    run_test(tmp_path, body)
+
+
+# ---- static membership ----------------------------------------------------------------------
+
+
+def test_static_member_rejoins_without_rebalance_and_old_id_is_fenced(tmp_path):
+    async def body(h: Harness):
+        static = await h.join("s", "g", instance="inst-1")  # static members need no member id round trip
+        assert static is None
+        dyn_id, _ = await h.join_dynamic("d", "g")
+        await h.advance(6_000)
+        s_id = h.results["s"].member_id
+        assert s_id.startswith("inst-1-") and h.results["s"].members  # first to join leads
+        h.sync_soon("d", "g", 1, dyn_id)
+        await h.sync("s", "g", 1, s_id, {s_id: b"S", dyn_id: b"D"}, instance="inst-1")
+        group = h.coord.groups["g"]
+        assert group.state == GroupState.STABLE
+        # the static member restarts: unknown member id, same instance id
+        again = await h.join("s2", "g", instance="inst-1", version=5)
+        assert again.error == E.NONE and again.generation_id == 1 and again.member_id != s_id
+        assert again.leader_id == s_id  # before v9 the old leader id is returned: no reassignment
+        assert group.state == GroupState.STABLE and group.generation_id == 1
+        assert h.coord.heartbeat("g", 1, dyn_id, None) == E.NONE  # the other member sees no rebalance
+        sync = await h.coord.sync_group("g", 1, again.member_id, "inst-1", None, None, {})
+        assert (sync.error, sync.assignment) == (E.NONE, b"S")
+        assert h.coord.heartbeat("g", 1, s_id, "inst-1") == E.FENCED_INSTANCE_ID
+        assert (await h.join("s", "g", s_id, instance="inst-1")).error == E.FENCED_INSTANCE_ID
+        # leave by instance id only
+        error, errors = h.coord.leave_group("g", [("", "inst-1")])
+        assert (error, errors) == (E.NONE, [E.NONE])
+        assert group.state == GroupState.PREPARING_REBALANCE
+
+    run_test(tmp_path, body)
+
+
+def test_static_leader_rejoin_v9_skips_assignment(tmp_path):
+    async def body(h: Harness):
+        await h.join("s", "g", instance="i", version=9)
+        await h.advance(3_000)
+        s_id = h.results["s"].member_id
+        await h.sync("s", "g", 1, s_id, {s_id: b"A"}, instance="i")
+        again = await h.join("s2", "g", instance="i", version=9)
+        assert again.skip_assignment and again.leader_id == again.member_id and len(again.members) == 1
+
+    run_test(tmp_path, body)
+
+
+# ---- leave ------------------------------------------------------------------------------------
+
+
+def test_leave_batch_and_last_member_leaving_empties_group(tmp_path):
+    async def body(h: Harness):
+        ids = await h.stable_group("g", ["a", "b"])
+        error, errors = h.coord.leave_group("g", [(ids["a"], None), ("ghost", None), (ids["b"], None)])
+        assert (error, errors) == (E.NONE, [E.NONE, E.UNKNOWN_MEMBER_ID, E.NONE])
+        await trio.testing.wait_all_tasks_blocked()
+        group = h.coord.groups["g"]
+        assert group.state == GroupState.EMPTY and group.generation_id == 2
+        assert h.coord.delete_groups(["g"]) == [E.NONE]
+        assert "g" not in h.coord.groups
+
+    run_test(tmp_path, body)
+
+
+# ---- offsets ----------------------------------------------------------------------------------
+
+
+def _topic(h: Harness, name="orders", partitions=3):
+    h.broker.create_topic(name, partitions, 1, {})
+
+
+def test_commits_follow_kafka_rules(tmp_path):
+    async def body(h: Harness):
+        _topic(h)
+        # a simple consumer (no membership) commits to a group that does not exist yet
+        assert h.coord.commit_offsets("simple", -1, "", None, [CommitPartition("orders", 0, 5, 3, "md")]) == [E.NONE]
+        assert h.coord.fetch_offsets("simple", [("orders", [0, 1])])[1][0].offset == 5
+        fetched = h.coord.fetch_offsets("simple", [("orders", [0, 1])])[1]
+        assert [(f.offset, f.leader_epoch, f.metadata) for f in fetched] == [(5, 3, "md"), (-1, -1, "")]
+        assert h.coord.commit_offsets("nogroup", 3, "m", None, [CommitPartition("orders", 0, 1)], version=8) == [
+            E.ILLEGAL_GENERATION]
+        assert h.coord.commit_offsets("nogroup", 3, "m", None, [CommitPartition("orders", 0, 1)], version=9) == [
+            E.GROUP_ID_NOT_FOUND]
+        errors = h.coord.commit_offsets("simple", -1, "", None, [
+            CommitPartition("orders", 9, 1), CommitPartition("nope", 0, 1),
+            CommitPartition("orders", 1, 1, metadata="x" * 5000)])
+        assert errors == [E.UNKNOWN_TOPIC_OR_PARTITION, E.UNKNOWN_TOPIC_OR_PARTITION, E.OFFSET_METADATA_TOO_LARGE]
+        ids = await h.stable_group("g", ["a", "b"])
+        assert h.coord.commit_offsets("g", 1, ids["a"], None, [CommitPartition("orders", 0, 10)]) == [E.NONE]
+        assert h.coord.commit_offsets("g", -1, "", None, [CommitPartition("orders", 0, 11)]) == [E.UNKNOWN_MEMBER_ID]
+        assert h.coord.commit_offsets("g", 0, ids["a"], None, [CommitPartition("orders", 0, 11)]) == [
+            E.ILLEGAL_GENERATION]
+        h.join_soon("a", "g", ids["a"])  # leader rejoins: PreparingRebalance still takes commits
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.coord.commit_offsets("g", 1, ids["b"], None, [CommitPartition("orders", 1, 20)]) == [E.NONE]
+        await h.join("b", "g", ids["b"])
+        assert h.coord.groups["g"].state == GroupState.COMPLETING_REBALANCE
+        assert h.coord.commit_offsets("g", 2, ids["b"], None, [CommitPartition("orders", 1, 21)]) == [
+            E.REBALANCE_IN_PROGRESS]
+        _, all_offsets = h.coord.fetch_offsets("g", None)
+        assert [(f.topic, f.partition, f.offset) for f in all_offsets] == [("orders", 0, 10), ("orders", 1, 20)]
+
+    run_test(tmp_path, body)
+
+
+def test_offset_delete_rules(tmp_path):
+    async def body(h: Harness):
+        _topic(h)
+        _topic(h, "other")
+        subscription = b"\x00\x00" + b"\x00\x00\x00\x01" + b"\x00\x06orders" + b"\x00\x00\x00\x00"
+        ids = await h.stable_group("g", ["a"], protocols=[("range", subscription)])
+        h.coord.commit_offsets("g", 1, ids["a"], None, [CommitPartition("orders", 0, 1), CommitPartition("other", 0, 2)])
+        assert h.coord.delete_offsets("g", [("orders", 0), ("other", 0)]) == (
+            E.NONE, [E.GROUP_SUBSCRIBED_TO_TOPIC, E.NONE])
+        assert [f.topic for f in h.coord.fetch_offsets("g", None)[1]] == ["orders"]
+        assert h.coord.delete_offsets("missing", [("orders", 0)])[0] == E.GROUP_ID_NOT_FOUND
+
+    run_test(tmp_path, body)
+
+
+def test_state_survives_restart(tmp_path):
+    async def first(h: Harness):
+        _topic(h)
+        ids = await h.stable_group("live", ["a", "b"])
+        h.coord.commit_offsets("live", 1, ids["a"], None, [CommitPartition("orders", 0, 42, 7, "meta")])
+        h.coord.commit_offsets("simple", -1, "", None, [CommitPartition("orders", 1, 9)])
+        h.coord.commit_offsets("gone", -1, "", None, [CommitPartition("orders", 2, 3)])
+        assert h.coord.delete_groups(["gone"]) == [E.NONE]
+        h.coord.commit_offsets("simple", -1, "", None, [CommitPartition("orders", 1, 10)])
+        first.ids = ids
+
+    run_test(tmp_path, first)
+
+    async def second(h: Harness):
+        coord = h.coord
+        assert set(coord.groups) == {"live", "simple"}
+        live = coord.groups["live"]
+        assert live.state == GroupState.STABLE and live.generation_id == 1
+        assert set(live.members) == set(first.ids.values()) and live.protocol_name == "range"
+        assert live.members[first.ids["b"]].assignment == b"b"
+        fetched = coord.fetch_offsets("live", None)[1]
+        assert [(f.offset, f.leader_epoch, f.metadata) for f in fetched] == [(42, 7, "meta")]
+        assert coord.fetch_offsets("simple", None)[1][0].offset == 10
+        # a loaded member must heartbeat within its session timeout
+        await h.advance(SESSION / 2)
+        assert coord.heartbeat("live", 1, first.ids["a"], None) == E.NONE
+        await h.advance(SESSION / 2)
+        assert first.ids["b"] not in live.members and live.state == GroupState.PREPARING_REBALANCE
+
+    run_test(tmp_path, second)
+
+
+def test_offsets_of_empty_group_expire_after_retention(tmp_path):
+    now = [1_000_000_000_000]
+
+    async def body(h: Harness):
+        h.coord.wall_clock = lambda: now[0]
+        _topic(h)
+        h.coord.commit_offsets("simple", -1, "", None, [CommitPartition("orders", 0, 1)])
+        ids = await h.stable_group("g", ["a"])
+        h.coord.commit_offsets("g", 1, ids["a"], None, [CommitPartition("orders", 0, 5)])
+        now[0] += 8 * 24 * 3600 * 1000
+        assert h.coord.cleanup_expired_offsets() == 1  # the standalone commit; g is not empty
+        assert "simple" not in h.coord.groups
+        h.coord.leave_group("g", [(ids["a"], None)])
+        now[0] += 6 * 24 * 3600 * 1000
+        assert h.coord.cleanup_expired_offsets() == 0  # empty for 6 days only
+        now[0] += 2 * 24 * 3600 * 1000
+        assert h.coord.cleanup_expired_offsets() == 1
+        assert "g" not in h.coord.groups
+
+    run_test(tmp_path, body)
+
+    async def after(h: Harness):
+        assert h.coord.groups == {}
+
+    run_test(tmp_path, after)
+
+
+# ---- load ---------------------------------------------------------------------------------------
+
+
+def test_join_storm_of_1000_members_leaves_other_groups_unaffected(tmp_path):
+    async def body(h: Harness):
+        quiet = await h.stable_group("quiet", ["q"])
+        ids = []
+        for i in range(1000):
+            first = await h.coord.join_group(JoinRequest("storm", "", None, SESSION, REBALANCE, "consumer",
+                                                         [("range", b"x" * 100)], f"c{i}", "/127.0.0.1", 5))
+            ids.append(first.member_id)
+        for i, member_id in enumerate(ids):
+            h.join_soon(f"s{i}", "storm", member_id)
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.coord.heartbeat("quiet", 1, quiet["q"], None) == E.NONE
+        await h.advance(6_000)
+        results = [h.results[f"s{i}"] for i in range(1000)]
+        assert all(r.error == E.NONE and r.generation_id == 1 for r in results)
+        leader = [r for r in results if r.members]
+        assert len(leader) == 1 and len(leader[0].members) == 1000
+        assignments = {m: b"a" for m in ids}
+        for i, member_id in enumerate(ids):
+            h.sync_soon(f"s{i}", "storm", 1, member_id, assignments if member_id == leader[0].member_id else None)
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(h.results[f"s{i}"].assignment == b"a" for i in range(1000))
+        assert h.coord.groups["storm"].state == GroupState.STABLE
+        assert h.coord.heartbeat("quiet", 1, quiet["q"], None) == E.NONE
+
+    run_test(tmp_path, body)
+
+
+def test_large_member_metadata(tmp_path):
+    async def body(h: Harness):
+        big = bytes(range(256)) * 2048  # 512 KiB
+        ids = await h.stable_group("g", ["a"], protocols=[("range", big)])
+        assert h.coord.groups["g"].members[ids["a"]].metadata("range") == big
+
+    run_test(tmp_path, body)

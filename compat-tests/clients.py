@@ -565,7 +565,7 @@ class DataPathContract:
 
     def test_consume_from_the_middle_of_a_batch(self, driver, broker, topic_name):
         msgs = numbered(10, prefix="mid")
-        driver.produce(topic_name, msgs, codec="lz4")
+        driver.produce(topic_name, msgs, codec="gzip")  # a compressed batch cannot be sliced
         assert [(b.base_offset, b.last_offset) for b in stored_batches(broker.bootstrap, topic_name)] == [(0, 9)]
         got = driver.consume(topic_name, 0, 4, 6)
         assert offsets(got) == [4, 5, 6, 7, 8, 9]

@@ -85,9 +85,10 @@ def test_start_at_timestamp_and_query_offsets(broker, topic_name):
 
 @pytest.mark.parametrize("codec", [c for c in CODECS if c != "none"])
 def test_compression(broker, topic_name, codec):
-    """kcat's librdkafka (2.0.2, as Debian ships it) compresses only if the broker's ApiVersions
-    overlap Produce v0..v0 (gzip, snappy), FindCoordinator v0..v0 (lz4) or Produce v7+ (zstd);
-    otherwise it sends the batch uncompressed without a word. librdkafka 2.11.1 relaxed this."""
+    """kcat's librdkafka (2.0.2, as Debian ships it) uses gzip, snappy or lz4 only if the broker's
+    ApiVersions include Produce v0 (lz4 also FindCoordinator v0), zstd only with Produce v7+;
+    otherwise it sends the batch uncompressed without a word (rdkafka_msgset_writer.c,
+    select_MsgVersion). Kafka 3.x serves Produce v0+; librdkafka 2.11.1 relaxed the check."""
     lines = [f"compressible line {i} " * 20 for i in range(20)]
     kcat(broker, "-P", "-t", topic_name, "-z", codec, "-X", "linger.ms=1000", stdin="\n".join(lines) + "\n")
     assert [m["payload"] for m in consume_json(broker, topic_name, "-o", "beginning")] == lines

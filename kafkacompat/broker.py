@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
 from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.log import LogConfig, LogManager
@@ -44,7 +45,8 @@ class Broker:
         self.node_id = config.broker_id
         self.data_dir = Path(config.data_dir)
         self.topics = TopicRegistry(self.data_dir)
-        self.logs = LogManager(self.data_dir)
+        self.logs = LogManager(self.data_dir, producer_id_expiration_ms=config.producer_id_expiration_ms)
+        self.producer_ids = ProducerIdManager(self.node_id, FileBlockStore(self.data_dir))
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.cluster_id = ""
         self.port = config.port
@@ -224,8 +226,10 @@ class Broker:
         interval = self.config.log_retention_check_interval_ms / 1000
         checkpoint_interval = self.config.log_flush_offset_checkpoint_interval_ms / 1000
         next_checkpoint = trio.current_time() + checkpoint_interval
+        producer_expiry_interval = self.config.producer_id_expiration_check_interval_ms / 1000
+        next_producer_expiry = trio.current_time() + producer_expiry_interval
         while True:
-            await trio.sleep(min(interval, checkpoint_interval))
+            await trio.sleep(min(interval, checkpoint_interval, producer_expiry_interval))
             now_ms = int(time.time() * 1000)
             for partition in list(self.partitions.values()):
                 try:
@@ -235,9 +239,21 @@ class Broker:
                     continue
                 if removed:
                     log.info("Retention removed %d segment(s) of %s", removed, partition)
+            if trio.current_time() >= next_producer_expiry:
+                self._expire_producers(now_ms)
+                next_producer_expiry = trio.current_time() + producer_expiry_interval
             if trio.current_time() >= next_checkpoint:
                 self.logs.checkpoint()
                 next_checkpoint = trio.current_time() + checkpoint_interval
+
+    def _expire_producers(self, now_ms: int) -> None:
+        """Forget idempotent producers idle longer than producer.id.expiration.ms."""
+        expiration_ms = self.config.producer_id_expiration_ms
+        for partition in list(self.partitions.values()):
+            removed = partition.log.producer_state.remove_expired(now_ms, expiration_ms)
+            if removed:
+                log.info("Expired %d idle producer id(s) of %s (producer.id.expiration.ms=%d)",
+                         removed, partition, expiration_ms)
 
 
 async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -1,5 +1,5 @@
-"""Produce: validate each batch header and CRC, assign offsets in place, append. Per batch, never
-per record."""
+"""Produce: validate each batch header and CRC, check idempotent producers' epoch and sequence
+(log/producer_state.py), assign offsets in place, append. Per batch, never per record."""
 
 from __future__ import annotations
 
@@ -63,6 +63,10 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         partition = _find_partition(ctx, name, topic_id, data.index)
         records = data.records if data.records is not None else memoryview(bytearray())
         headers = validate_produce_records(records, ctx.version, partition.log.config.max_message_bytes)
+        if headers[0].producer_id >= 0:
+            duplicate = partition.log.producer_state.check_client_batch(headers[0])
+            if duplicate is not None:
+                return _acknowledge_duplicate(partition, result, duplicate, name, ctx)
         info = partition.append(records, headers)
     except KafkaError as exc:
         result.error_code = exc.code
@@ -76,6 +80,18 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = info.log_start_offset
+    return result
+
+
+def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate, name: str,
+                           ctx: RequestContext) -> ProducePartitionResult:
+    """A retry of one of the producer's last five batches: Kafka answers with the offset it was
+    written at and writes nothing (idempotence)."""
+    result.base_offset = duplicate.first_offset
+    result.log_append_time_ms = duplicate.timestamp if partition.log.config.uses_log_append_time else -1
+    result.log_start_offset = partition.log_start_offset
+    log.debug("Produce to %s-%d from %s: duplicate batch (sequences %d-%d) acknowledged at offset %d",
+              name, result.index, ctx.client_id, duplicate.first_seq, duplicate.last_seq, duplicate.first_offset)
     return result
 
 

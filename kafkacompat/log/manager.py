@@ -18,6 +18,7 @@ from typing import Callable, Mapping
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.partition_log import PartitionLog
+from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -76,12 +77,14 @@ def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
 class LogManager:
     """Owns the PartitionLogs of one data directory and the FileCache they share."""
 
-    def __init__(self, data_dir: Path, *, file_cache: FileCache | None = None) -> None:
+    def __init__(self, data_dir: Path, *, file_cache: FileCache | None = None,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._files = file_cache if file_cache is not None else FileCache()
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self.had_clean_shutdown: bool | None = None  # known after load_all()
+        self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Open every partition directory; recover after an unclean shutdown; then drop the marker."""
@@ -105,6 +108,7 @@ class LogManager:
                 recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
                 file_cache=self._files,
                 log_start_offset=log_start_offsets.get(key),
+                producer_id_expiration_ms=self.producer_id_expiration_ms,
             )
         marker.unlink(missing_ok=True)
         self.had_clean_shutdown = clean
@@ -129,7 +133,7 @@ class LogManager:
         if existing is not None:
             return existing
         log = PartitionLog.open(self.data_dir / f"{topic}-{partition}", topic, partition, config,
-                                file_cache=self._files)
+                                file_cache=self._files, producer_id_expiration_ms=self.producer_id_expiration_ms)
         self._logs[(topic, partition)] = log
         return log
 
@@ -138,7 +142,7 @@ class LogManager:
         log = self._logs.pop((topic, partition), None)
         directory = log.dir if log is not None else self.data_dir / f"{topic}-{partition}"
         if log is not None:
-            log.close()
+            log.close(snapshot=False)
         if not directory.exists():
             return
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP
+from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from kafkacompat.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -72,7 +73,8 @@ class PartitionLog:
     """
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
-                 files: FileCache, *, owns_files: bool) -> None:
+                 files: FileCache, *, owns_files: bool,
+                 producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
         self.dir = directory
         self.topic = topic
         self.partition = partition
@@ -86,12 +88,16 @@ class PartitionLog:
         self._recovery_point = 0
         self._last_flush_ms = wall_clock_ms()
         self.recovered_segments = 0  # how many segments open() had to validate batch by batch
+        # Idempotent producers: updated by every append, snapshotted at roll and close.
+        self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}",
+                                                   expiration_ms=producer_id_expiration_ms)
 
     # -- opening and recovery ---------------------------------------------------------------
 
     @classmethod
     def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, *, recovery_point: int = 0,
-             file_cache: FileCache | None = None, log_start_offset: int | None = None) -> "PartitionLog":
+             file_cache: FileCache | None = None, log_start_offset: int | None = None,
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> "PartitionLog":
         """Load the segments in ``dir`` (created if missing).
 
         Segments holding offsets at or after ``recovery_point`` are validated batch by batch
@@ -102,7 +108,8 @@ class PartitionLog:
         directory = Path(dir)
         directory.mkdir(parents=True, exist_ok=True)
         files = file_cache if file_cache is not None else FileCache(_PRIVATE_CACHE_SIZE)
-        log = cls(directory, topic, partition, config, files, owns_files=file_cache is None)
+        log = cls(directory, topic, partition, config, files, owns_files=file_cache is None,
+                  producer_id_expiration_ms=producer_id_expiration_ms)
         log._load(recovery_point, log_start_offset)
         return log
 
@@ -125,8 +132,31 @@ class PartitionLog:
         for segment in recovered:
             segment.fsync()
         self._recovery_point = self._log_end_offset
+        self._rebuild_producer_state()
         logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
                      self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
+
+    def _rebuild_producer_state(self) -> None:
+        """Producer state from the latest snapshot plus the batch headers after it, then a
+        snapshot at the log end offset (so the next start has nothing to replay)."""
+        self.producer_state.load(self._log_start_offset, self._log_end_offset, self.headers_from_offset,
+                                 wall_clock_ms())
+        try:
+            self.producer_state.take_snapshot()
+        except OSError as error:
+            logger.warning("Could not write the producer snapshot of %s: %s", self.name, error)
+
+    def headers_from_offset(self, offset: int):
+        """Batch headers from the batch holding ``offset`` to the log end, across segments (per
+        batch, never per record: idempotent-producer state is rebuilt from these)."""
+        for segment in self._segments[self._segment_position(offset):]:
+            position = 0
+            if segment.base_offset < offset:
+                start = segment.find_batch(offset)
+                if start is None:
+                    continue
+                position = start.position
+            yield from segment.headers_from(position)
 
     def _segment_options(self) -> dict[str, object]:
         return {
@@ -292,6 +322,7 @@ class PartitionLog:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"could not write to {self.name} {segment.name}: {error}") from error
         self._log_end_offset = headers[-1].next_offset
+        self.producer_state.update_all(headers)
         return AppendInfo(first_offset, last_offset, log_append_time, self._log_start_offset)
 
     def _assign_offsets(self, records: memoryview, headers: list[BatchHeader], leader_epoch: int) -> None:
@@ -344,7 +375,16 @@ class PartitionLog:
         else:
             active.become_inactive()
         self._add_segment(self._new_segment(base_offset))
+        self._snapshot_producer_state_at(base_offset)
         logger.info("Rolled %s to a new segment at offset %d: %s", self.name, base_offset, reason)
+
+    def _snapshot_producer_state_at(self, offset: int) -> None:
+        """Kafka's snapshot at roll, named after the new segment's base offset."""
+        self.producer_state.map_end_offset = max(self.producer_state.map_end_offset, offset)
+        try:
+            self.producer_state.take_snapshot()
+        except OSError as error:
+            logger.warning("Could not write the producer snapshot of %s at offset %d: %s", self.name, offset, error)
 
     def roll(self) -> None:
         """Start a new segment at the log end offset now (tools and tests)."""
@@ -467,6 +507,7 @@ class PartitionLog:
         self._log_end_offset = next_offset
         self._log_start_offset = min(self._log_start_offset, next_offset)
         self._recovery_point = min(self._recovery_point, next_offset)
+        self._rebuild_producer_state()
         logger.info("Truncated %s to offset %d: dropped %d bytes and %d whole segments; log end offset is %d",
                     self.name, offset, dropped_bytes, dropped_segments, next_offset)
 
@@ -478,6 +519,7 @@ class PartitionLog:
         self._bases.clear()
         self._add_segment(self._new_segment(offset))
         self._log_start_offset = self._log_end_offset = self._recovery_point = offset
+        self.producer_state.truncate_fully_and_start_at(offset)
         logger.info("Truncated %s fully; it now starts at offset %d", self.name, offset)
 
     def advance_log_start_offset(self, offset: int) -> None:
@@ -540,6 +582,7 @@ class PartitionLog:
         oldest = self._segments.pop(0)
         self._bases.pop(0)
         oldest.delete_files()
+        self.producer_state.delete_snapshots_below(self._bases[0])
         self._log_start_offset = max(self._log_start_offset, self._bases[0])
         logger.info("Deleted segment %s of %s: %s", oldest.name, self.name, reason)
 
@@ -571,7 +614,15 @@ class PartitionLog:
             return False
         return unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms
 
-    def close(self) -> None:
+    def close(self, *, snapshot: bool = True) -> None:
+        """Close the files; with ``snapshot`` (a clean shutdown) first write the producer state at
+        the log end offset, so the next start replays nothing."""
+        if snapshot:
+            self.producer_state.map_end_offset = self._log_end_offset
+            try:
+                self.producer_state.take_snapshot(fsync=True)
+            except OSError as error:
+                logger.warning("Could not write the producer snapshot of %s: %s", self.name, error)
         for segment in self._segments:
             segment.close()
         if self._owns_files:
@@ -579,7 +630,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
-        self.close()
+        self.close(snapshot=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __repr__(self) -> str:

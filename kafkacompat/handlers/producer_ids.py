@@ -1,0 +1,96 @@
+"""InitProducerId (v0-5) and DescribeProducers (v0): idempotent producers.
+
+InitProducerId follows Kafka's KafkaApis.handleInitProducerIdRequest and
+TransactionCoordinator.handleInitProducerId:
+
+- no transactional id: a new producer id from the cluster-wide block allocator, epoch 0. Any
+  producer id/epoch the request carries (v3+, KIP-360) is checked for consistency (both or
+  neither, else INVALID_REQUEST) and otherwise not used: Kafka hands out a fresh id too. An
+  idempotent Java producer bumps its epoch locally; librdkafka asks for a new id.
+- an empty transactional id: INVALID_REQUEST.
+- a transactional id: COORDINATOR_NOT_AVAILABLE. This broker has no transaction coordinator yet
+  (no transaction log, no AddPartitionsToTxn/EndTxn), and handing out a producer id would only
+  let the producer fail later, half-way into a transaction. COORDINATOR_NOT_AVAILABLE is what a
+  Kafka cluster answers while the coordinator is unavailable; clients retry until their timeout
+  (Java: "Timeout expired ... while awaiting InitProducerId"), and the broker logs why.
+
+v6 (KIP-939 two-phase commit) is still marked unstable in Kafka, which serves 0-5.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode
+
+log = logging.getLogger("kafkacompat.producer_ids")
+
+INIT_PRODUCER_ID = 22
+DESCRIBE_PRODUCERS = 61
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+
+_warned_transactional_ids: set[str] = set()
+
+
+def _init_response(ctx: RequestContext, error: ErrorCode, producer_id: int = NO_PRODUCER_ID,
+                   producer_epoch: int = NO_PRODUCER_EPOCH):
+    return response_for(INIT_PRODUCER_ID, ctx, throttle_time_ms=0, error_code=error,
+                        producer_id=producer_id, producer_epoch=producer_epoch)
+
+
+@handles(INIT_PRODUCER_ID, 0, 5)
+async def handle_init_producer_id(request, ctx: RequestContext):
+    transactional_id = request.transactional_id
+    if ctx.version >= 3:
+        given_id, given_epoch = request.producer_id, request.producer_epoch
+        if (given_id == NO_PRODUCER_ID) != (given_epoch == NO_PRODUCER_EPOCH):
+            return _init_response(ctx, ErrorCode.INVALID_REQUEST)
+    if transactional_id is not None:
+        if transactional_id == "":
+            return _init_response(ctx, ErrorCode.INVALID_REQUEST)
+        if transactional_id not in _warned_transactional_ids and len(_warned_transactional_ids) < 1000:
+            _warned_transactional_ids.add(transactional_id)
+            log.warning("Client %s asked for transactional id %r: transactions are not supported by this broker "
+                        "yet; answering COORDINATOR_NOT_AVAILABLE (idempotence without transactional.id works)",
+                        ctx.client_id, transactional_id)
+        return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    try:
+        producer_id = ctx.broker.producer_ids.generate()
+    except OSError as error:
+        log.error("Could not allocate a producer id block: %s; idempotent producers will retry", error)
+        return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    log.debug("Producer id %d (epoch 0) for client %s", producer_id, ctx.client_id)
+    return _init_response(ctx, ErrorCode.NONE, producer_id, 0)
+
+
+@handles(DESCRIBE_PRODUCERS, 0, 0)
+async def handle_describe_producers(request, ctx: RequestContext):
+    topic_cls = response_class(DESCRIBE_PRODUCERS).TopicResponse
+    partition_cls = topic_cls.PartitionResponse
+    state_cls = partition_cls.ProducerState
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            partition = ctx.broker.partition(topic.name, index)
+            if partition is None:
+                partitions.append(partition_cls(
+                    partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    error_message=f"this broker has no partition {topic.name}-{index}", active_producers=[],
+                ))
+                continue
+            producers = [
+                state_cls(
+                    producer_id=entry.producer_id, producer_epoch=entry.producer_epoch, last_sequence=entry.last_seq,
+                    last_timestamp=entry.last_timestamp, coordinator_epoch=entry.coordinator_epoch,
+                    current_txn_start_offset=entry.current_txn_first_offset,
+                )
+                for entry in partition.log.producer_state.active_producers()
+            ]
+            partitions.append(partition_cls(partition_index=index, error_code=ErrorCode.NONE, error_message=None,
+                                            active_producers=producers))
+        topics.append(topic_cls(name=topic.name, partitions=partitions))
+    return response_for(DESCRIBE_PRODUCERS, ctx, throttle_time_ms=0, topics=topics)

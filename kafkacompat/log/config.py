@@ -28,6 +28,11 @@ class LogConfig:
     cleanup_policy: str = "delete"  # comma-separated: "delete", "compact" or both
     flush_messages: int = INT64_MAX
     flush_ms: int = INT64_MAX
+    # Compaction (cleanup.policy containing "compact"); see log/cleaner.py.
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = INT64_MAX
     # Accepted for compatibility only: deleted segments are unlinked at once, because every
     # in-flight read holds its own duplicated descriptor.
     file_delete_delay_ms: int = 60000
@@ -84,6 +89,16 @@ def _integer(minimum: int, maximum: int) -> Callable[[str, str], int]:
     return parse
 
 
+def _ratio(key: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"Invalid value {value} for configuration {key}: must be between 0 and 1")
+    return value
+
+
 def _timestamp_type(key: str, raw: str) -> str:
     if raw not in TIMESTAMP_TYPES:
         raise ValueError(f"Invalid value {raw!r} for configuration {key}: must be one of {', '.join(TIMESTAMP_TYPES)}")
@@ -115,4 +130,8 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "flush.messages": ("flush_messages", _integer(1, INT64_MAX)),
     "flush.ms": ("flush_ms", _integer(0, INT64_MAX)),
     "file.delete.delay.ms": ("file_delete_delay_ms", _integer(0, INT64_MAX)),
+    "delete.retention.ms": ("delete_retention_ms", _integer(0, INT64_MAX)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _integer(0, INT64_MAX)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _integer(1, INT64_MAX)),
 }

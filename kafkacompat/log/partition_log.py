@@ -118,6 +118,9 @@ class PartitionLog:
         return f"{self.topic}-{self.partition}"
 
     def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
+        from kafkacompat.log.cleaner import complete_interrupted_swaps
+
+        complete_interrupted_swaps(self.dir, self.name)
         self._remove_leftovers()
         for base in self._segment_bases_on_disk():
             self._add_segment(LogSegment.open_existing(self.dir, base, self._files, **self._segment_options()))
@@ -189,10 +192,6 @@ class PartitionLog:
             if name.endswith(_LEFTOVER_SUFFIXES):
                 logger.info("Removing leftover file %s of %s", name, self.name)
                 path.unlink(missing_ok=True)
-                continue
-            if name.endswith(".swap"):
-                logger.warning("Ignoring %s of %s: a Kafka log cleaner swap file, which this broker does not "
-                               "complete", name, self.name)
                 continue
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 base = parse_segment_file_name(name, suffix)
@@ -286,6 +285,22 @@ class PartitionLog:
 
     def segments_info(self) -> list[dict[str, object]]:
         return [segment.info() for segment in self._segments]
+
+    def segments(self) -> list[LogSegment]:
+        """The segments, oldest first (a copy of the list; the last one is the active segment)."""
+        return list(self._segments)
+
+    def replace_segments(self, old: list[LogSegment], base_offset: int) -> LogSegment:
+        """The cleaner's swap: the consecutive inactive segments ``old`` (their files already
+        deleted) make way for the segment whose files now sit at ``base_offset``."""
+        first = next((i for i, segment in enumerate(self._segments) if segment is old[0]), None)
+        if (first is None or first + len(old) >= len(self._segments)
+                or any(a is not b for a, b in zip(self._segments[first:first + len(old)], old))):
+            raise ValueError(f"segments of {self.name} to replace are not consecutive inactive segments")
+        new = LogSegment.open_existing(self.dir, base_offset, self._files, **self._segment_options())
+        self._segments[first:first + len(old)] = [new]
+        self._bases[first:first + len(old)] = [base_offset]
+        return new
 
     # -- append -----------------------------------------------------------------------------
 

@@ -227,3 +227,139 @@ def set_log_append_time(buf: memoryview | bytearray, header: BatchHeader, timest
     header.attributes = attributes
     header.max_timestamp = timestamp_ms
     header.crc = crc
+
+
+# ---- records inside a batch (compaction and compacted-topic validation only) -----------------
+
+DELETE_HORIZON_FLAG = 0x40  # KIP-534: baseTimestamp holds the delete horizon of the batch's tombstones
+
+
+@dataclass(slots=True)
+class Record:
+    """One record of a RecordBatch v2, enough to filter it and write it again unchanged.
+
+    ``timestamp`` is baseTimestamp + timestampDelta (for a LogAppendTime batch, clients report the
+    batch's maxTimestamp instead). ``tail`` is the encoded key, value and headers, copied verbatim
+    when the record is written again.
+    """
+
+    offset: int
+    timestamp: int
+    attributes: int
+    key: bytes | None
+    has_value: bool
+    tail: bytes
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    from kafka import codec as codecs  # heavy import, needed only for compressed batches
+
+    decoders = {1: codecs.gzip_decode, 2: codecs.snappy_decode, 3: codecs.lz4_decode, 4: codecs.zstd_decode}
+    if codec not in decoders:
+        raise ValueError(f"unknown compression codec {codec} in a record batch")
+    return decoders[codec](data)
+
+
+def compress(codec: int, data: bytes) -> bytes:
+    from kafka import codec as codecs
+
+    encoders = {1: codecs.gzip_encode, 2: codecs.snappy_encode, 3: codecs.lz4_encode, 4: codecs.zstd_encode}
+    if codec not in encoders:
+        raise ValueError(f"unknown compression codec {codec}")
+    return encoders[codec](data)
+
+
+def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
+    """A zigzag varint/varlong at ``position``: (value, position after it)."""
+    shift = result = 0
+    while True:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def write_varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes | memoryview:
+    """The records section of one batch (``header.position`` within ``batch``), decompressed."""
+    start = header.position + HEADER_SIZE
+    body = memoryview(batch)[start:header.position + header.size]
+    if header.compression:
+        return decompress(header.compression, bytes(body))
+    return body
+
+
+def iter_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[Record]:
+    """Decode the records of one batch. Raises ValueError if they do not parse."""
+    body = batch_body(batch, header)
+    position = 0
+    try:
+        for _ in range(header.records_count):
+            length, position = read_varint(body, position)
+            end = position + length
+            attributes = body[position]
+            timestamp_delta, position = read_varint(body, position + 1)
+            offset_delta, position = read_varint(body, position)
+            tail_start = position
+            key_length, position = read_varint(body, position)
+            key = None
+            if key_length >= 0:
+                key = bytes(body[position:position + key_length])
+                position += key_length
+            value_length, position = read_varint(body, position)
+            if position > end or end > len(body):
+                raise ValueError("record runs past its length")
+            yield Record(header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, attributes,
+                         key, value_length >= 0, bytes(body[tail_start:end]))
+            position = end
+    except IndexError:
+        raise ValueError("truncated record in a record batch") from None
+
+
+def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
+    body = (bytes((record.attributes,)) + write_varint(record.timestamp - base_timestamp)
+            + write_varint(record.offset - base_offset) + record.tail)
+    return write_varint(len(body)) + body
+
+
+def build_batch(template: BatchHeader, records: list[Record], *, attributes: int, base_timestamp: int,
+                max_timestamp: int) -> bytes:
+    """A batch with ``template``'s base offset, last offset delta, leader epoch and producer fields
+    holding ``records`` (compressed with the codec in ``attributes``), CRC computed."""
+    body = b"".join(encode_record(record, template.base_offset, base_timestamp) for record in records)
+    codec = attributes & COMPRESSION_MASK
+    if codec and records:
+        body = compress(codec, body)
+    batch = bytearray(HEADER_SIZE) + body
+    _HEADER.pack_into(batch, 0, template.base_offset, len(batch) - LOG_OVERHEAD, template.partition_leader_epoch,
+                      CURRENT_MAGIC, 0, attributes, template.last_offset_delta, base_timestamp, max_timestamp,
+                      template.producer_id, template.producer_epoch, template.base_sequence, len(records))
+    _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
+    return bytes(batch)
+
+
+def require_record_keys(records: memoryview, headers: list[BatchHeader], partition: str) -> None:
+    """Kafka's rule for compacted topics: every record needs a key, else INVALID_RECORD."""
+    for header in headers:
+        if header.is_control:
+            continue
+        try:
+            keyless = any(record.key is None for record in iter_records(records, header))
+        except Exception as error:  # noqa: BLE001 - a malformed or undecompressable batch
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch does not decode: {error}") from None
+        if keyless:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"Compacted topic cannot accept message without key in topic partition {partition}.")

@@ -25,11 +25,12 @@ def run_script(script: str, broker, topic: str, timeout: float = 60) -> dict:
     return json.loads(done.stdout)
 
 
-def test_producer_acks_keys_headers_nulls_timestamps_and_gzip(broker, topic_name):
+def test_producer_acks_keys_headers_nulls_timestamps_gzip_and_large_value(broker, topic_name):
     result = run_script("produce.js", broker, topic_name)
     assert [(r["partition"], r["errorCode"], r["baseOffset"]) for r in result["allAcks"]] == [(0, 0, "0")]
     assert [(r["partition"], r["errorCode"], r["baseOffset"]) for r in result["leaderAck"]] == [(0, 0, "5")]
     assert [(r["partition"], r["errorCode"], r["baseOffset"]) for r in result["gzip"]] == [(0, 0, "6")]
+    assert [(r["partition"], r["errorCode"], r["baseOffset"]) for r in result["large"]] == [(0, 0, "16")]
 
     expected = [
         Msg(b"v-plain", b"k-plain", timestamp=BASE_TIMESTAMP),
@@ -40,13 +41,14 @@ def test_producer_acks_keys_headers_nulls_timestamps_and_gzip(broker, topic_name
         Msg(b"v-acks-1", b"k-acks-1", timestamp=BASE_TIMESTAMP + 5000),
         *[Msg(f"gzip {i} ".encode() * 50, f"k-gzip-{i}".encode(), timestamp=BASE_TIMESTAMP + 10000 + i)
           for i in range(10)],
+        Msg(b"L" * 900 * 1024, b"k-large", timestamp=BASE_TIMESTAMP + 20000),
     ]
     got = ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, len(expected))
     assert [r.msg(with_timestamp=True) for r in got] == expected
     assert offsets(got) == list(range(len(expected))) and all(r.create_time for r in got)
     batches = stored_batches(broker.bootstrap, topic_name)
     assert [(b.base_offset, b.last_offset, b.compression) for b in batches] == [
-        (0, 4, 0), (5, 5, 0), (6, 15, CODEC_IDS["gzip"]),
+        (0, 4, 0), (5, 5, 0), (6, 15, CODEC_IDS["gzip"]), (16, 16, 0),
     ]
 
 

@@ -1,5 +1,5 @@
 // kafkajs producer: acks -1 and 1, keys, headers (a repeated key too), tombstones, empty values,
-// CreateTime timestamps, an explicit partition and gzip. Prints each send's RecordMetadata.
+// CreateTime timestamps, an explicit partition, gzip and a 900 KB value. Prints each send's RecordMetadata.
 'use strict';
 
 const { CompressionTypes } = require('kafkajs');
@@ -34,7 +34,12 @@ run(async (kafka, topic) => {
         key: `k-gzip-${i}`, value: `gzip ${i} `.repeat(50), partition: 0, timestamp: String(1600000010000 + i),
       })),
     });
-    return { allAcks, leaderAck, gzip };
+    const large = await producer.send({
+      topic,
+      acks: -1,
+      messages: [{ key: 'k-large', value: 'L'.repeat(900 * 1024), partition: 0, timestamp: '1600000020000' }],
+    });
+    return { allAcks, leaderAck, gzip, large };
   } finally {
     await producer.disconnect();
   }

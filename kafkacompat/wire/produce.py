@@ -1,4 +1,4 @@
-"""Produce request decoding and response encoding (versions 3-13), without copying records.
+"""Produce request decoding and response encoding (versions 0-13), without copying records.
 
 The request's records stay memoryview slices of the request body, so the broker can validate
 the batches and patch baseOffset/partitionLeaderEpoch in place before appending them.
@@ -19,7 +19,7 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-PRODUCE_MIN_VERSION = 3
+PRODUCE_MIN_VERSION = 0
 PRODUCE_MAX_VERSION = 13
 PRODUCE_FIRST_FLEXIBLE_VERSION = 9
 
@@ -448,7 +448,7 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequestData
 
 
 def _read_produce_request(reader: LegacyReader, version: int) -> ProduceRequestData:
-    transactional_id = reader.nullable_string()
+    transactional_id = reader.nullable_string() if version >= 3 else None
     acks, timeout_ms = reader.unpack(_ACKS_TIMEOUT)
     topics = [_read_produce_topic(reader, version) for _ in range(reader.array_length())]
     reader.skip_tagged_fields()
@@ -495,6 +495,7 @@ class ProduceTopicResult:
     partitions: list[ProducePartitionResult]
 
 
+_PARTITION_RESULT_V0 = struct.Struct(">ihq")  # index, error_code, base_offset
 _PARTITION_RESULT_V3 = struct.Struct(">ihqq")  # index, error_code, base_offset, log_append_time_ms
 _PARTITION_RESULT_V5 = struct.Struct(">ihqqq")  # ... log_start_offset
 
@@ -522,7 +523,8 @@ def encode_produce_response(
         for partition in topic.partitions:
             _write_produce_partition(out, partition, version)
         out.empty_tagged_fields()
-    out += INT32.pack(throttle_time_ms)
+    if version >= 1:
+        out += INT32.pack(throttle_time_ms)
     if out.flexible:
         if node_endpoints and version >= 10:
             out.tagged_fields([(0, node_endpoints_payload(node_endpoints))])
@@ -536,8 +538,10 @@ def _write_produce_partition(out: LegacyWriter, p: ProducePartitionResult, versi
         out += _PARTITION_RESULT_V5.pack(
             p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
         )
-    else:
+    elif version >= 2:
         out += _PARTITION_RESULT_V3.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+    else:
+        out += _PARTITION_RESULT_V0.pack(p.index, p.error_code, p.base_offset)
     if version >= 8:
         out.array_length(len(p.record_errors))
         for batch_index, message in p.record_errors:

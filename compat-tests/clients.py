@@ -254,7 +254,7 @@ class KafkaPythonDriver(SyncDriver):
 
         producer = KafkaProducer(
             bootstrap_servers=self.bootstrap, acks=_acks(acks), compression_type=None if codec == "none" else codec,
-            enable_idempotence=False, linger_ms=5000, batch_size=CLIENT_MAX_BYTES, max_request_size=CLIENT_MAX_BYTES,
+            linger_ms=5000, batch_size=CLIENT_MAX_BYTES, max_request_size=CLIENT_MAX_BYTES,
         )
         try:
             futures = [

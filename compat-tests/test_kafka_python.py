@@ -1,5 +1,5 @@
-"""kafka-python 3 against a real broker process: the data-path contract (producer with
-enable_idempotence=False, KafkaConsumer without a group) plus KafkaAdminClient."""
+"""kafka-python 3 against a real broker process: the data-path contract (the default, idempotent
+producer, KafkaConsumer without a group) plus KafkaAdminClient."""
 
 import pytest
 

@@ -38,7 +38,7 @@ from kafkacompat.wire.produce import (
     encode_produce_response,
 )
 
-VERSIONS = range(3, 14)
+VERSIONS = range(3, 14)  # the oracles (kafka-python, kio) start at v3; v0-2 are checked by hand below
 FLEXIBLE_VERSIONS = range(9, 14)
 TOPIC_A = uuid.UUID("6f1d0c5e-8a0b-4c47-9a4e-0b7f2d1e3c11")
 TOPIC_B = uuid.UUID("00000000-0000-0000-0000-0000000000ff")
@@ -272,7 +272,7 @@ def test_records_are_writable_zero_copy_slices_of_the_body(version: int) -> None
 
 
 def test_unsupported_versions_are_rejected() -> None:
-    for version in (-1, 0, 1, 2, 14):
+    for version in (-1, 14):
         with pytest.raises(ValueError):
             decode_produce_request(memoryview(b"\x00" * 64), version)
         with pytest.raises(ValueError):
@@ -527,3 +527,39 @@ def test_response_leaves_out_fields_the_version_lacks(version: int) -> None:
         for t in case["topics"]
     ]
     assert with_hints == encode_produce_response(stripped, 250, version, None)
+
+
+# --------------------------------------------------------------------------------------------
+# v0-v2 (old clients): no oracle has them, so the bytes are written out from protocol.html
+# --------------------------------------------------------------------------------------------
+
+
+def _legacy_request(version: int, records: bytes) -> bytes:
+    topic = b"\x00\x01t"
+    partition = struct.pack(">ii", 4, len(records)) + records
+    return struct.pack(">hi", -1, 1500) + struct.pack(">i", 1) + topic + struct.pack(">i", 1) + partition
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_v0_to_v2_requests_have_no_transactional_id(version: int) -> None:
+    body = bytearray(_legacy_request(version, b"RECORDS"))
+    decoded = decode_produce_request(memoryview(body), version)
+    assert (decoded.transactional_id, decoded.acks, decoded.timeout_ms) == (None, -1, 1500)
+    (topic,) = decoded.topics
+    (partition,) = topic.partitions
+    assert (topic.name, partition.index, bytes(partition.records)) == ("t", 4, b"RECORDS")
+
+
+@pytest.mark.parametrize(
+    "version, tail",
+    [
+        (0, b""),  # index, error, base_offset; no throttle time
+        (1, struct.pack(">i", 7)),  # + throttle_time_ms after the topics
+        (2, struct.pack(">i", 7)),  # + log_append_time per partition (below)
+    ],
+)
+def test_produce_v0_to_v2_responses(version: int, tail: bytes) -> None:
+    result = ProducePartitionResult(4, error_code=0, base_offset=42, log_append_time_ms=99)
+    encoded = encode_produce_response([ProduceTopicResult("t", None, [result])], 7, version)
+    partition = struct.pack(">ihq", 4, 0, 42) + (struct.pack(">q", 99) if version == 2 else b"")
+    assert encoded == struct.pack(">i", 1) + b"\x00\x01t" + struct.pack(">i", 1) + partition + tail

@@ -25,7 +25,7 @@ INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
 INVALID_RECORD = 87
 
-PRODUCE_VERSIONS = (3, 7, 9)  # oldest served, aiokafka/kafkajs's, first flexible
+PRODUCE_VERSIONS = (3, 7, 9)  # first for magic-2 batches, aiokafka/kafkajs's, first flexible
 
 
 @pytest.fixture

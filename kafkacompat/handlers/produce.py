@@ -18,7 +18,7 @@ from kafkacompat.wire.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from kafkacompat.wire.records import validate_produce_records
+from kafkacompat.wire.records import require_record_keys, validate_produce_records
 
 log = logging.getLogger("kafkacompat.produce")
 
@@ -63,6 +63,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         partition = _find_partition(ctx, name, topic_id, data.index)
         records = data.records if data.records is not None else memoryview(bytearray())
         headers = validate_produce_records(records, ctx.version, partition.log.config.max_message_bytes)
+        if partition.log.config.compacts:  # compaction: every record needs a key (decodes the records)
+            require_record_keys(records, headers, partition.log.name)
         if headers[0].producer_id >= 0:
             duplicate = partition.log.producer_state.check_client_batch(headers[0])
             if duplicate is not None:

@@ -112,8 +112,11 @@ class LogManager:
             )
         marker.unlink(missing_ok=True)
         self.had_clean_shutdown = clean
-        logger.info("Loaded %d partition logs from %s after %s shutdown", len(self._logs), self.data_dir,
-                    "a clean" if clean else "an unclean")
+        if not self._logs and not clean:
+            logger.info("Starting with no partition logs in %s", self.data_dir)
+        else:
+            logger.info("Loaded %d partition logs from %s after %s shutdown", len(self._logs), self.data_dir,
+                        "a clean" if clean else "an unclean")
         return dict(self._logs)
 
     def _read_checkpoint_or_nothing(self, name: str) -> dict[TopicPartition, int]:

@@ -16,7 +16,7 @@ import trio
 from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
 from kafkacompat.groups.coordinator import GroupCoordinator
-from kafkacompat.log import LogConfig, LogManager
+from kafkacompat.log import LogCleaner, LogConfig, LogManager
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -267,6 +267,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             broker.port = port
             nursery.start_soon(broker.run_housekeeping)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             host, advertised_port = broker.advertised_endpoint()
             log.info(
                 "kafkacompat broker %d listening on %s:%d (advertised as %s:%d), data in %s",

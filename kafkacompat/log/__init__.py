@@ -2,8 +2,9 @@
 
 Modules: ``config`` (LogConfig, Kafka topic config names), ``filecache`` (LRU of open files),
 ``index`` (.index/.timeindex), ``segment`` (one .log and its indexes), ``partition_log`` (one
-partition: roll, read, truncate, retention, recovery) and ``manager`` (a data dir: loading,
-checkpoints, clean shutdown).
+partition: roll, read, truncate, retention, recovery), ``manager`` (a data dir: loading,
+checkpoints, clean shutdown) and ``cleaner`` (compaction: the log cleaner, its checkpoint, and
+completing a swap a crash interrupted).
 
 Choices that differ from Kafka's implementation, on purpose:
 
@@ -17,6 +18,7 @@ Choices that differ from Kafka's implementation, on purpose:
 - A read may span several segments, returning one FileRegion per segment.
 """
 
+from kafkacompat.log.cleaner import LogCleaner
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import IndexCorruptError, OffsetIndex, TimeIndex
@@ -28,6 +30,7 @@ __all__ = [
     "AppendInfo",
     "FileCache",
     "IndexCorruptError",
+    "LogCleaner",
     "LogConfig",
     "LogManager",
     "LogSegment",

@@ -70,8 +70,9 @@ from kafkacompat.wire.records import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     build_batch,
-    iter_records,
     read_header,
+    record_spans,
+    span_record,
 )
 
 if TYPE_CHECKING:
@@ -310,9 +311,10 @@ def build_offset_map(dirty: list[SegmentSnapshot], start: int, end: int, max_ent
             if header.last_offset < start:
                 continue
             if not (header.is_control or header.is_transactional):
-                for record in iter_records(data, header):
-                    if record.key is not None and record.offset >= start:
-                        if not offset_map.put(record.key, record.offset):
+                base = header.base_offset
+                for offset_delta, _, _, key, _, _, _ in record_spans(data, header)[1]:
+                    if key is not None and base + offset_delta >= start:
+                        if not offset_map.put(key, base + offset_delta):
                             return offset_map
             offset_map.latest_offset = max(offset_map.latest_offset, header.last_offset)
         offset_map.latest_offset = max(offset_map.latest_offset, next_start - 1)
@@ -371,19 +373,16 @@ class BatchFilter:
         if header.is_control or header.is_transactional:
             return data
         horizon = header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
-        retained, dropped, tombstones = [], False, False
-        for record in iter_records(data, header):
-            self.stats.records_read += 1
-            if self._keep(record.offset, record.key, record.has_value, horizon):
-                retained.append(record)
-                tombstones = tombstones or not record.has_value
-            else:
-                dropped = True
-        self.stats.records_kept += len(retained)
-        if retained:
-            set_horizon = tombstones and horizon is None
-            if not dropped and not set_horizon:
+        body, spans = record_spans(data, header)
+        base = header.base_offset
+        kept_spans = [span for span in spans if self._keep(base + span[0], span[3], span[4], horizon)]
+        self.stats.records_read += len(spans)
+        self.stats.records_kept += len(kept_spans)
+        if kept_spans:
+            set_horizon = horizon is None and not all(span[4] for span in kept_spans)
+            if len(kept_spans) == len(spans) and not set_horizon:
                 return data
+            retained = [span_record(body, header, span) for span in kept_spans]
             if set_horizon:
                 horizon = self.now_ms + self.delete_retention_ms
             attributes = header.attributes & ~DELETE_HORIZON_FLAG

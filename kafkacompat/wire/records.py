@@ -271,6 +271,9 @@ def compress(codec: int, data: bytes) -> bytes:
 
 def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
     """A zigzag varint/varlong at ``position``: (value, position after it)."""
+    byte = data[position]
+    if byte < 0x80:  # one byte: most lengths and deltas
+        return (byte >> 1) ^ -(byte & 1), position + 1
     shift = result = 0
     while True:
         byte = data[position]
@@ -293,40 +296,73 @@ def write_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes | memoryview:
+def batch_body(batch: bytes | memoryview, header: BatchHeader) -> bytes:
     """The records section of one batch (``header.position`` within ``batch``), decompressed."""
     start = header.position + HEADER_SIZE
-    body = memoryview(batch)[start:header.position + header.size]
+    body = bytes(memoryview(batch)[start:header.position + header.size])
     if header.compression:
-        return decompress(header.compression, bytes(body))
+        return decompress(header.compression, body)
     return body
+
+
+RecordSpan = tuple[int, int, int, "bytes | None", bool, int, int]
+
+
+def record_spans(batch: bytes | memoryview, header: BatchHeader) -> tuple[bytes, list[RecordSpan]]:
+    """The batch's records section (decompressed) and, per record, (offset delta, timestamp delta,
+    attributes, key, has value, start of the key, end of the record): the cheap way to look at every
+    key. Raises ValueError if the records do not parse."""
+    body = batch_body(batch, header)
+    spans: list[RecordSpan] = []
+    append = spans.append
+    position = 0
+    try:
+        for _ in range(header.records_count):
+            byte = body[position]
+            if byte < 0x80:
+                length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                length, position = read_varint(body, position)
+            end = position + length
+            attributes = body[position]
+            timestamp_delta, position = read_varint(body, position + 1)
+            byte = body[position]
+            if byte < 0x80:
+                offset_delta, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                offset_delta, position = read_varint(body, position)
+            tail_start = position
+            byte = body[position]
+            if byte < 0x80:
+                key_length, position = (byte >> 1) ^ -(byte & 1), position + 1
+            else:
+                key_length, position = read_varint(body, position)
+            key = None
+            if key_length >= 0:
+                key = body[position:position + key_length]
+                position += key_length
+            byte = body[position]
+            has_value = byte != 1  # zigzag(-1) is 1: a null value
+            if position >= end or end > len(body):
+                raise ValueError("record runs past its length")
+            append((offset_delta, timestamp_delta, attributes, key, has_value, tail_start, end))
+            position = end
+    except IndexError:
+        raise ValueError("truncated record in a record batch") from None
+    return body, spans
+
+
+def span_record(body: bytes, header: BatchHeader, span: RecordSpan) -> Record:
+    offset_delta, timestamp_delta, attributes, key, has_value, tail_start, end = span
+    return Record(header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, attributes, key,
+                  has_value, body[tail_start:end])
 
 
 def iter_records(batch: bytes | memoryview, header: BatchHeader) -> Iterator[Record]:
     """Decode the records of one batch. Raises ValueError if they do not parse."""
-    body = batch_body(batch, header)
-    position = 0
-    try:
-        for _ in range(header.records_count):
-            length, position = read_varint(body, position)
-            end = position + length
-            attributes = body[position]
-            timestamp_delta, position = read_varint(body, position + 1)
-            offset_delta, position = read_varint(body, position)
-            tail_start = position
-            key_length, position = read_varint(body, position)
-            key = None
-            if key_length >= 0:
-                key = bytes(body[position:position + key_length])
-                position += key_length
-            value_length, position = read_varint(body, position)
-            if position > end or end > len(body):
-                raise ValueError("record runs past its length")
-            yield Record(header.base_offset + offset_delta, header.base_timestamp + timestamp_delta, attributes,
-                         key, value_length >= 0, bytes(body[tail_start:end]))
-            position = end
-    except IndexError:
-        raise ValueError("truncated record in a record batch") from None
+    body, spans = record_spans(batch, header)
+    for span in spans:
+        yield span_record(body, header, span)
 
 
 def encode_record(record: Record, base_offset: int, base_timestamp: int) -> bytes:
@@ -357,7 +393,7 @@ def require_record_keys(records: memoryview, headers: list[BatchHeader], partiti
         if header.is_control:
             continue
         try:
-            keyless = any(record.key is None for record in iter_records(records, header))
+            keyless = any(span[3] is None for span in record_spans(records, header)[1])
         except Exception as error:  # noqa: BLE001 - a malformed or undecompressable batch
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch does not decode: {error}") from None
         if keyless:

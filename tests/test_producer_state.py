@@ -387,10 +387,11 @@ def test_truncation_rebuilds_the_state(tmp_path):
 def test_expired_producers_are_not_loaded(tmp_path):
     directory = tmp_path / "orders-0"
     log = reopen(directory)
-    produce(log, idem_batch(PID, 0, 0, timestamp=NOW - 20_000))
-    produce(log, idem_batch(OTHER, 0, 0, timestamp=NOW))
+    now = int(time.time() * 1000)
+    produce(log, idem_batch(PID, 0, 0, timestamp=now - 200_000))
+    produce(log, idem_batch(OTHER, 0, 0, timestamp=now))
     log.close()
-    reopened = reopen(directory, producer_id_expiration_ms=10_000)
+    reopened = reopen(directory, producer_id_expiration_ms=100_000)
     assert set(reopened.producer_state.producers) == {OTHER}
     reopened.close()
 

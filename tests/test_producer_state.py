@@ -172,6 +172,11 @@ def test_a_batch_spanning_the_wrap_and_its_retry(log):
     assert decrement_sequence(1, 3) == INT32_MAX - 1
 
 
+def test_transactional_batches_are_refused_until_transactions_exist(log):
+    assert produce_error(log, idem_batch(PID, 0, 0, attributes=0x10)) == ErrorCode.INVALID_TXN_STATE
+    assert log.producer_state.producers == {}
+
+
 def test_non_idempotent_batches_leave_no_state(log):
     view = memoryview(make_batch(3))
     log.append(view, validate_produce_records(view, 9, 1 << 30))

@@ -18,12 +18,17 @@ UnifiedLog.analyzeAndValidateProducerState):
 - Producers expire producer.id.expiration.ms after the max timestamp of their last batch (the
   record timestamps, as in Kafka; not the wall-clock time of the append).
 - Log retention does not drop producer state (as in Kafka since KIP-360); only expiry does.
+- Transactional batches from clients are refused with INVALID_TXN_STATE until a transaction
+  coordinator exists (what Kafka's partition verification answers for a partition that was not
+  added to a transaction).
 
 Persistence (Kafka's layout, so a data dir moves between the two):
 
 - ``<20-digit offset>.snapshot`` in the partition directory holds the state of every producer for
   the log up to (not including) that offset: written when a segment rolls (named after the new
-  segment's base offset), on clean shutdown (at the log end offset) and after a load.
+  segment's base offset), on clean shutdown (at the log end offset) and after a load. Unlike
+  Kafka, a log that never had an idempotent producer gets no (empty) snapshot files. Snapshots
+  go with the segments below the log start offset, and those past the log end on load.
 - Format (ProducerStateManager.writeSnapshot, version 1), big-endian::
 
       version int16 = 1 | crc uint32 (CRC32C of everything after it) | count int32 |
@@ -185,7 +190,7 @@ class ProducerStateManager:
 
         Returns the metadata of the batch it duplicates (to be acknowledged, not written), None
         when it is to be appended, or raises KafkaError (INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD).
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD, INVALID_TXN_STATE for a transactional batch).
         """
         producer_id, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
         if first_seq < 0:
@@ -193,6 +198,15 @@ class ProducerStateManager:
                 ErrorCode.INVALID_RECORD,
                 f"invalid sequence number {first_seq} in a record batch with producer id {producer_id} for "
                 f"{self.label}: an idempotent producer numbers its batches from 0",
+            )
+        if header.is_transactional:
+            # Kafka (3.6+, transaction.partition.verification.enable) refuses a transactional batch
+            # for a partition its coordinator has not added to the transaction; with no
+            # transaction coordinator here, no partition ever is.
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} sent a transactional batch to {self.label}, but this broker does not "
+                "support transactions yet",
             )
         entry = self.producers.get(producer_id)
         if entry is None:

@@ -341,3 +341,42 @@ def test_compacted_topics_reject_records_without_a_key():
         require_record_keys(memoryview(keyless), validate_batches(memoryview(keyless), 1 << 20), "t-0")
     assert raised.value.code == ErrorCode.INVALID_RECORD
     assert "Compacted topic cannot accept message without key in topic partition t-0." in raised.value.message
+
+
+def test_transactional_batches_are_kept_whole_and_not_mapped(tmp_path):
+    log = open_log(tmp_path)
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=9,
+                                        producer_epoch=0, base_sequence=0, batch_size=1 << 20)
+    builder.append(0, timestamp=T0, key=b"k", value=b"in-txn", headers=[])
+    blob = bytearray(builder.build())
+    view = memoryview(blob)
+    log.append(view, validate_batches(view, 1 << 20))
+    append(log, [(b"k", b"plain")])
+    log.roll()
+    append(log, [(b"z", b"active")])
+    clean(cleaner_for(tmp_path, log), log, T0 + HOUR)
+    # Without a transaction index the cleaner cannot tell committed from aborted: it keeps the
+    # transactional batch, and its key does not remove older plain records either.
+    assert [(offset, value) for offset, _, value, _ in records(log)] == [(0, b"in-txn"), (1, b"plain"), (2, b"active")]
+
+
+def test_compact_and_delete_both_apply(tmp_path):
+    log = open_log(tmp_path, cleanup_policy="compact,delete", retention_ms=DAY, segment_bytes=120)  # a batch each
+    cleaner = cleaner_for(tmp_path, log)
+    append(log, [(b"old", b"1")], timestamp=T0)
+    append(log, [(b"k", b"1")], timestamp=T0 + 2 * DAY)
+    append(log, [(b"k", b"2")], timestamp=T0 + 2 * DAY)
+    append(log, [(b"z", b"active")], timestamp=T0 + 2 * DAY)
+    assert log.segment_count == 4
+    cleaner.clean_until_done(T0 + 2 * DAY)
+    assert [key for _, key, _, _ in records(log)] == [b"old", b"k", b"z"]
+    assert log.apply_retention(T0 + 2 * DAY) == 1  # the segment of "old" is past retention.ms
+    assert log.log_start_offset == 1
+    cleaner.checkpoints[("t", 0)] = 0  # below the log start now: reset without complaint (Kafka)
+    candidate = log_to_clean(log, 0, T0 + 2 * DAY)
+    assert candidate.force_checkpoint and candidate.first_dirty_offset == 1
+    append(log, [(b"k", b"3")], timestamp=T0 + 2 * DAY)
+    append(log, [(b"y", b"active")], timestamp=T0 + 2 * DAY)
+    assert cleaner.clean_until_done(T0 + 2 * DAY) >= 1
+    assert [(key, value) for _, key, value, _ in records(log)] == [(b"z", b"active"), (b"k", b"3"), (b"y", b"active")]
+    assert log.log_start_offset == 1

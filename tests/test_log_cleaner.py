@@ -380,3 +380,29 @@ def test_compact_and_delete_both_apply(tmp_path):
     assert cleaner.clean_until_done(T0 + 2 * DAY) >= 1
     assert [(key, value) for _, key, value, _ in records(log)] == [(b"z", b"active"), (b"k", b"3"), (b"y", b"active")]
     assert log.log_start_offset == 1
+
+
+def test_a_clean_whose_segments_change_underneath_is_abandoned_and_retried(tmp_path):
+    import trio
+
+    from kafkacompat.log.cleaner import CleaningAborted
+
+    log = open_log(tmp_path, cleanup_policy="compact,delete", retention_ms=DAY)
+    cleaner = cleaner_for(tmp_path, log)
+    append(log, [(b"k", b"1")], timestamp=T0)
+    log.roll()
+    append(log, [(b"k", b"2")], timestamp=T0 + 2 * DAY)
+    log.roll()
+    append(log, [(b"z", b"active")], timestamp=T0 + 2 * DAY)
+    steps = cleaner._clean_steps(cleaner.grab_filthiest(T0 + 2 * DAY), T0 + 2 * DAY)
+    build = next(steps)
+    result = build()  # the worker thread's part
+    assert log.apply_retention(T0 + 2 * DAY) == 1  # meanwhile, on the event loop, retention runs
+    with pytest.raises(CleaningAborted):
+        steps.send(result)
+    assert not [name for name in os.listdir(log.dir) if name.endswith((".cleaned", ".swap"))]
+    assert [(offset, value) for offset, _, value, _ in records(log)] == [(1, b"2"), (2, b"active")]
+    assert ("t", 0) not in cleaner.checkpoints
+    # The broker's task logs it and tries again next time; the partition is not marked uncleanable.
+    assert trio.run(cleaner.run_once, T0 + 2 * DAY)
+    assert not cleaner.uncleanable and cleaner.checkpoints[("t", 0)] == 2

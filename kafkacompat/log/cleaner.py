@@ -250,7 +250,10 @@ class SegmentSnapshot:
 def read_batches(path: str, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
     """(header, bytes) of each whole batch in the first ``size`` bytes of a .log, with a descriptor of
     its own (usable from any thread). The header's position is 0: relative to the bytes."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise CleaningAborted(f"{os.path.basename(path)} was deleted meanwhile") from None
     try:
         position = 0
         block, block_start = b"", 0

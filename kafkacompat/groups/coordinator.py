@@ -176,6 +176,12 @@ class GroupCoordinator:
 
     async def run(self) -> None:
         """The coordinator's background work: its timers and the offset retention check."""
+        # Loaded members must heartbeat within their session timeout from now (Kafka's onLoaded).
+        # Scheduled here, not in load(), so that load() needs no running Trio clock.
+        for group in self.groups.values():
+            for member in group.members.values():
+                if not self._timers.scheduled(self._heartbeat_key(group, member.member_id)):
+                    self._reschedule_heartbeat(group, member)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_timers)
             nursery.start_soon(self._run_retention)
@@ -346,8 +352,6 @@ class GroupCoordinator:
             )
             group.add(member, None)
         group.leader_id = value.leader
-        for member in group.members.values():
-            self._reschedule_heartbeat(group, member)
         return group
 
     # ---- helpers --------------------------------------------------------------------------

@@ -212,6 +212,8 @@ def test_join_and_request_validation_errors(tmp_path):
         assert h.coord.heartbeat("nogroup", 1, "m", None) == E.UNKNOWN_MEMBER_ID
         assert (await h.coord.sync_group("nogroup", 1, "m", None, None, None, {})).error == E.UNKNOWN_MEMBER_ID
         assert h.coord.leave_group("nogroup", [("m", None)])[0] == E.UNKNOWN_MEMBER_ID
+        assert h.coord.describe_group("") == (E.INVALID_GROUP_ID, None)
+        assert h.coord.describe_group("nogroup") == (E.NONE, None)  # described as Dead
         ids = await h.stable_group("g", ["a", "b"])
         assert h.coord.heartbeat("g", 1, "stranger", None) == E.UNKNOWN_MEMBER_ID
         assert h.coord.heartbeat("g", 7, ids["a"], None) == E.ILLEGAL_GENERATION

@@ -946,7 +946,7 @@ class GroupCoordinator:
     # ---- admin --------------------------------------------------------------------------------
 
     def describe_group(self, group_id: str) -> tuple[int, Group | None]:
-        error = self._check_group_id(group_id) if group_id else ErrorCode.NONE
+        error = self._check_group_id(group_id)
         if error:
             return error, None
         group = self.groups.get(group_id)

@@ -208,6 +208,9 @@ def log_to_clean(log: "PartitionLog", checkpoint: int | None, now_ms: int, *,
 
 
 def _max_compaction_delay(log: "PartitionLog", dirty_inactive: list[LogSegment], now_ms: int) -> int:
+    clean_until = now_ms - max(log.config.max_compaction_lag_ms, 0)
+    if clean_until <= 0:  # the default (Long.MAX_VALUE): no batch is ever overdue, read nothing
+        return 0
     timestamps = []
     for segment in dirty_inactive:
         first = next(segment.headers_from(0), None)
@@ -215,7 +218,6 @@ def _max_compaction_delay(log: "PartitionLog", dirty_inactive: list[LogSegment],
             timestamps.append(first.max_timestamp)
     if not timestamps:
         return 0
-    clean_until = now_ms - max(log.config.max_compaction_lag_ms, 0)
     earliest = min(timestamps)
     return clean_until - earliest if earliest < clean_until else 0
 

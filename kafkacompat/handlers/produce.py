@@ -18,7 +18,8 @@ from kafkacompat.wire.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from kafkacompat.wire.records import require_record_keys, validate_produce_records
+from kafkacompat.wire.legacy import is_legacy, upconvert
+from kafkacompat.wire.records import BatchHeader, require_record_keys, validate_batches, validate_produce_records
 
 log = logging.getLogger("kafkacompat.produce")
 
@@ -40,7 +41,7 @@ def _encode(response: ProduceResponseData, version: int) -> bytes:
     return encode_produce_response(response.topics, 0, version, response.node_endpoints)
 
 
-@handles(PRODUCE, 3, 13, decode=_decode, encode=_encode)
+@handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
     results = [
         ProduceTopicResult(topic.name, topic.topic_id, [
@@ -62,7 +63,7 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is not one of 0, 1, -1")
         partition = _find_partition(ctx, name, topic_id, data.index)
         records = data.records if data.records is not None else memoryview(bytearray())
-        headers = validate_produce_records(records, ctx.version, partition.log.config.max_message_bytes)
+        records, headers = _validated(records, ctx.version, partition.log.config.max_message_bytes)
         if partition.log.config.compacts:  # compaction: every record needs a key (decodes the records)
             require_record_keys(records, headers, partition.log.name)
         if headers[0].producer_id >= 0:
@@ -95,6 +96,16 @@ def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate,
     log.debug("Produce to %s-%d from %s: duplicate batch (sequences %d-%d) acknowledged at offset %d",
               name, result.index, ctx.client_id, duplicate.first_seq, duplicate.last_seq, duplicate.first_offset)
     return result
+
+
+def _validated(records: memoryview, version: int, max_batch_bytes: int) -> tuple[memoryview, list[BatchHeader]]:
+    """Kafka's checks per version. v0-v2 (old clients) may carry several batches, and legacy
+    magic 0/1 message sets, which are converted to one v2 batch as Kafka 3.x stores them."""
+    if version >= 3:
+        return records, validate_produce_records(records, version, max_batch_bytes)
+    if is_legacy(records):
+        records = upconvert(records)
+    return records, validate_batches(records, max_batch_bytes)
 
 
 def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):

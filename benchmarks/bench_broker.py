@@ -125,7 +125,8 @@ def mock_child_main() -> None:
     line, 'ok' or 'error CODE'."""
     lib = ctypes.CDLL(_loaded_librdkafka())
     lib.rd_kafka_conf_new.restype = ctypes.c_void_p
-    lib.rd_kafka_conf_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.rd_kafka_conf_set.argtypes = [
+        ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.rd_kafka_new.restype = ctypes.c_void_p
     lib.rd_kafka_new.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.rd_kafka_handle_mock_cluster.restype = ctypes.c_void_p
@@ -488,8 +489,10 @@ def run(args) -> dict:
             produce_load(target.bootstrap, "bench-warmup", 1, 20_000, value, 1)
             results["targets"][target.name]["idle_rss"] = target.proc.memory_info().rss
         phases = [
-            ("produce-acks1", lambda t, r: produce_load(t.bootstrap, f"bench-acks1-{r}", partitions, args.messages, value, 1)),
-            ("produce-acksall", lambda t, r: produce_load(t.bootstrap, f"bench-acksall-{r}", partitions, args.messages, value, "all")),
+            ("produce-acks1", lambda t, r: produce_load(
+                t.bootstrap, f"bench-acks1-{r}", partitions, args.messages, value, 1)),
+            ("produce-acksall", lambda t, r: produce_load(
+                t.bootstrap, f"bench-acksall-{r}", partitions, args.messages, value, "all")),
             ("consume", lambda t, r: consume_load(t.bootstrap, f"bench-acksall-{r}", partitions)),
             ("delivery", lambda t, r: delivery_latency(t.bootstrap, "bench-rt", args.rt_iterations)),
             ("round-trip", lambda t, r: round_trip(t.bootstrap, "bench-rt", args.rt_iterations)),
@@ -513,7 +516,8 @@ def run(args) -> dict:
             big = b"g" * INGEST_VALUE_SIZE
             for target in targets:
                 results["targets"][target.name]["phases"]["ingest-1gb"] = run_phase(
-                    target, "ingest-1gb", lambda: produce_load(target.bootstrap, "bench-ingest", 1, ingest_count, big, 1))
+                    target, "ingest-1gb",
+                    lambda: produce_load(target.bootstrap, "bench-ingest", 1, ingest_count, big, 1))
         for target in targets:
             results["targets"][target.name]["peak_rss"] = target.rss.peak
     finally:
@@ -676,7 +680,8 @@ def main() -> None:
         mock_child_main()
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per produce phase (default 1,000,000)")
+    parser.add_argument("--messages", type=int, default=1_000_000,
+                        help="messages per produce phase (default 1,000,000)")
     parser.add_argument("--skip-mock", action="store_true", help="run kafkacompat alone (no ratios)")
     parser.add_argument("--skip-1gb", action="store_true", help="skip the 1 GiB ingest phase")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
@@ -684,7 +689,8 @@ def main() -> None:
                         help="partitions of the throughput topics (default: enough for the mock to keep every message)")
     parser.add_argument("--repeat", type=int, default=5,
                         help="rounds of the produce/consume/latency phases; figures are medians (default 5)")
-    parser.add_argument("--rt-iterations", type=int, default=2000, help="samples in each latency phase, delivery and round trip (default 2000)")
+    parser.add_argument("--rt-iterations", type=int, default=2000,
+                        help="samples in each latency phase, delivery and round trip (default 2000)")
     parser.add_argument("--ingest-mib", type=int, default=1024, help="MiB in the ingest phase (default 1024)")
     parser.add_argument("--work-dir", default=None, help="where the broker's data dir goes (default: the temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the broker's data dir and log")

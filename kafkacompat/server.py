@@ -40,12 +40,14 @@ class Connection:
         self.broker = broker
         self.sock = sock
         self.id = next(_connection_ids)
+        self.peer = self.client_host = "unknown"
         try:
-            host, port = sock.getpeername()[:2]
-            self.peer = f"{host}:{port}"
-            self.client_host = host
+            peer = sock.getpeername()
         except OSError:
-            self.peer = self.client_host = "unknown"
+            peer = None
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.client_host = peer[0]
+            self.peer = f"{peer[0]}:{peer[1]}"
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
         self.client_id: str | None = None
 

@@ -10,7 +10,6 @@ DescribeProducers on the wire, and the errors a misbehaving producer gets.
 
 from __future__ import annotations
 
-import struct
 import time
 
 import pytest
@@ -277,3 +276,20 @@ def test_produce_errors_duplicates_and_describe_producers(broker, topic_name):
             assert raw_produce(conn, topic_name, pid, 1, 0) == (0, 4)  # still a duplicate
             [state] = describe_producers(conn, topic_name)[0].active_producers
             assert (state.producer_id, state.producer_epoch, state.last_sequence) == (pid, 1, 1)
+
+
+def test_idle_producers_expire_in_housekeeping(broker_factory, topic_name):
+    broker = broker_factory("--set", "producer.id.expiration.ms=1000",
+                            "--set", "producer.id.expiration.check.interval.ms=200")
+    create_topic(broker.bootstrap, topic_name)
+    with RawConnection(broker.bootstrap) as conn:
+        pid = init_producer_id(conn, 4).producer_id
+        assert raw_produce(conn, topic_name, pid, 0, 0) == (0, 0)
+        assert [s.producer_id for s in describe_producers(conn, topic_name)[0].active_producers] == [pid]
+        deadline = time.monotonic() + 10
+        while describe_producers(conn, topic_name)[0].active_producers and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert describe_producers(conn, topic_name)[0].active_producers == []
+        # an expired producer is unknown: it may go on at any sequence (Kafka 2.5+)
+        assert raw_produce(conn, topic_name, pid, 0, 7) == (0, 2)
+    assert "Expired 1 idle producer id(s)" in broker.output()

@@ -24,7 +24,6 @@ from kafkacompat.log.producer_state import (
     INT32_MAX,
     CorruptSnapshotError,
     ProducerStateEntry,
-    ProducerStateManager,
     decrement_sequence,
     read_snapshot,
     snapshot_file_name,

@@ -89,7 +89,11 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
 def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate, name: str,
                            ctx: RequestContext) -> ProducePartitionResult:
     """A retry of one of the producer's last five batches: Kafka answers with the offset it was
-    written at and writes nothing (idempotence)."""
+    written at and writes nothing (idempotence). Kafka puts the batch's max timestamp in
+    log_append_time even for CreateTime topics; this broker only does so for LogAppendTime
+    topics (-1 otherwise, as for the original append). With replication, an acks=-1 answer must
+    wait until the high watermark passes the duplicate's last offset, as Kafka's DelayedProduce
+    does; on one node the high watermark is the log end offset, so the answer is immediate."""
     result.base_offset = duplicate.first_offset
     result.log_append_time_ms = duplicate.timestamp if partition.log.config.uses_log_append_time else -1
     result.log_start_offset = partition.log_start_offset

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import crc32c
 import pytest
+import trio
 
 from kafkacompat.controller.producer_ids import (
     BLOCK_FILE,
@@ -428,11 +429,28 @@ def test_manager_passes_the_expiration_and_snapshots_on_close(tmp_path):
 
 def test_producer_ids_are_unique_across_restarts(tmp_path):
     first = ProducerIdManager(0, FileBlockStore(tmp_path), block_size=10)
-    ids = [first.generate() for _ in range(15)]
+    ids = [trio.run(first.generate) for _ in range(15)]
     assert ids == list(range(15))
     assert decode_block((tmp_path / BLOCK_FILE).read_bytes()) == (0, 10, 19)
     restarted = ProducerIdManager(0, FileBlockStore(tmp_path), block_size=10)
-    assert restarted.generate() == 20  # the rest of the old block is skipped, never reused
+    assert trio.run(restarted.generate) == 20  # the rest of the old block is skipped, never reused
+
+
+def test_concurrent_requests_share_one_claim(tmp_path):
+    manager = ProducerIdManager(0, FileBlockStore(tmp_path), block_size=100)
+    ids: list[int] = []
+
+    async def main():
+        async def one():
+            ids.append(await manager.generate())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(50):
+                nursery.start_soon(one)
+
+    trio.run(main)
+    assert sorted(ids) == list(range(50))
+    assert decode_block((tmp_path / BLOCK_FILE).read_bytes()) == (0, 0, 99)
 
 
 def test_a_lost_compare_and_set_claims_the_next_block():
@@ -440,10 +458,10 @@ def test_a_lost_compare_and_set_claims_the_next_block():
         def __init__(self):
             self.data, self.version, self.raced = None, 0, False
 
-        def get(self):
+        async def get(self):
             return self.data, self.version
 
-        def compare_and_set(self, data, expected_version):
+        async def compare_and_set(self, data, expected_version):
             if not self.raced:  # another broker claims 0..9 first
                 self.raced = True
                 self.data, self.version = encode_block(1, 0, 9), self.version + 1
@@ -454,10 +472,10 @@ def test_a_lost_compare_and_set_claims_the_next_block():
             return True
 
     manager = ProducerIdManager(0, RacingStore(), block_size=10)
-    assert manager.generate() == 10
+    assert trio.run(manager.generate) == 10
 
 
 def test_an_unreadable_block_refuses_to_hand_out_ids(tmp_path):
     (tmp_path / BLOCK_FILE).write_text("{not json")
     with pytest.raises(OSError):
-        ProducerIdManager(0, FileBlockStore(tmp_path)).generate()
+        trio.run(ProducerIdManager(0, FileBlockStore(tmp_path)).generate)

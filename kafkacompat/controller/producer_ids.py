@@ -8,10 +8,11 @@ the race) and then hands ids out of that block from memory. A block is claimed d
 any id in it is used, so ids never repeat across restarts; ids of a block a broker did not use up
 before stopping are skipped, as in Kafka.
 
-The store is anything with ``get() -> (bytes | None, version)`` and
-``compare_and_set(data, expected_version) -> bool``. ``FileBlockStore`` is the embedded
-(single-node) implementation: a file in the data dir replaced atomically. A ZooKeeper store
-(kazoo's get / set with version) fits the same two calls.
+The store is anything with ``async get() -> (bytes | None, version)`` and
+``async compare_and_set(data, expected_version) -> bool``. ``FileBlockStore`` is the embedded
+(single-node) implementation: a file in the data dir replaced atomically.
+``MetadataStoreBlocks`` adapts the cluster's MetadataStore (controller/store.py: embedded tree
+or ZooKeeper) to the same two calls on ``/latest_producer_id_block``, Kafka's znode.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+import trio
 
 logger = logging.getLogger("kafkacompat.controller")
 
@@ -30,10 +33,13 @@ BLOCK_FILE = "latest-producer-id-block.json"
 MAX_PRODUCER_ID = 2**63 - 1
 
 
-class BlockStore(Protocol):
-    def get(self) -> tuple[bytes | None, int]: ...
+BLOCK_ZNODE = "/latest_producer_id_block"
 
-    def compare_and_set(self, data: bytes, expected_version: int) -> bool: ...
+
+class BlockStore(Protocol):
+    async def get(self) -> tuple[bytes | None, int]: ...
+
+    async def compare_and_set(self, data: bytes, expected_version: int) -> bool: ...
 
 
 class ProducerIdsExhaustedError(RuntimeError):
@@ -51,13 +57,13 @@ class FileBlockStore:
         self.path = Path(data_dir) / BLOCK_FILE
         self._version = 0
 
-    def get(self) -> tuple[bytes | None, int]:
+    async def get(self) -> tuple[bytes | None, int]:
         try:
             return self.path.read_bytes(), self._version
         except FileNotFoundError:
             return None, self._version
 
-    def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+    async def compare_and_set(self, data: bytes, expected_version: int) -> bool:
         if expected_version != self._version:
             return False
         temporary = self.path.with_name(self.path.name + ".tmp")
@@ -72,6 +78,31 @@ class FileBlockStore:
         finally:
             os.close(fd)
         self._version += 1
+        return True
+
+
+class MetadataStoreBlocks:
+    """The block document as a node of a MetadataStore (``get_or_none``, ``create``, ``set`` with
+    a version; NodeExistsError / BadVersionError when another broker wrote first)."""
+
+    def __init__(self, store: Any, path: str = BLOCK_ZNODE) -> None:
+        self.store = store
+        self.path = path
+
+    async def get(self) -> tuple[bytes | None, int]:
+        found = await self.store.get_or_none(self.path)
+        return (None, -1) if found is None else found
+
+    async def compare_and_set(self, data: bytes, expected_version: int) -> bool:
+        from kafkacompat.controller.store import BadVersionError, NodeExistsError, NoNodeError
+
+        try:
+            if expected_version < 0:
+                await self.store.create(self.path, data)
+            else:
+                await self.store.set(self.path, data, expected_version)
+        except (NodeExistsError, BadVersionError, NoNodeError):
+            return False
         return True
 
 
@@ -98,19 +129,24 @@ class ProducerIdManager:
         self.block_size = block_size
         self._next = 0
         self._last = -1  # current block exhausted (or none yet)
+        self._claiming: trio.Lock | None = None
 
-    def generate(self) -> int:
+    async def generate(self) -> int:
         """A producer id no broker of this cluster has handed out before (OSError when the store
         cannot be written)."""
         if self._next > self._last:
-            self._next, self._last = self._claim_block()
+            if self._claiming is None:
+                self._claiming = trio.Lock()
+            async with self._claiming:  # concurrent requests wait for one claim
+                if self._next > self._last:
+                    self._next, self._last = await self._claim_block()
         producer_id = self._next
         self._next += 1
         return producer_id
 
-    def _claim_block(self) -> tuple[int, int]:
+    async def _claim_block(self) -> tuple[int, int]:
         while True:
-            data, version = self.store.get()
+            data, version = await self.store.get()
             if data is None:
                 first = 0
             else:
@@ -122,6 +158,6 @@ class ProducerIdManager:
             last = first + self.block_size - 1
             if last > MAX_PRODUCER_ID:
                 raise ProducerIdsExhaustedError("all producer ids have been allocated")
-            if self.store.compare_and_set(encode_block(self.broker_id, first, last), version):
+            if await self.store.compare_and_set(encode_block(self.broker_id, first, last), version):
                 logger.info("Broker %d claimed producer ids %d to %d", self.broker_id, first, last)
                 return first, last

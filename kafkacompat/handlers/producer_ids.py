@@ -58,7 +58,7 @@ async def handle_init_producer_id(request, ctx: RequestContext):
                         ctx.client_id, transactional_id)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
-        producer_id = ctx.broker.producer_ids.generate()
+        producer_id = await ctx.broker.producer_ids.generate()
     except OSError as error:
         log.error("Could not allocate a producer id block: %s; idempotent producers will retry", error)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)

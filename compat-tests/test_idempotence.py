@@ -26,7 +26,7 @@ MESSAGES = 100_000
 @pytest.fixture
 def proxied(broker_factory, tmp_path):
     """(proxy, broker): the broker advertises the proxy, which loses produce responses."""
-    with FaultyProxy(drop_every=13, reset_every=29) as proxy:
+    with FaultyProxy(drop_every=7, reset_every=11) as proxy:
         broker = broker_factory("--set", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy.port}",
                                 "--log-level", "INFO")
         proxy.upstream_port = broker.port
@@ -144,7 +144,7 @@ def kafka_python_produce(proxy: FaultyProxy, topic: str, count: int, *, restart=
     from kafka import KafkaProducer
 
     producer = KafkaProducer(  # idempotent by default (and so acks=all)
-        bootstrap_servers=proxy.bootstrap, linger_ms=5, batch_size=64 * 1024,
+        bootstrap_servers=proxy.bootstrap, linger_ms=5, batch_size=16 * 1024,
         reconnect_backoff_ms=20, reconnect_backoff_max_ms=500, retry_backoff_ms=20,
         request_timeout_ms=30000, delivery_timeout_ms=120000,
     )

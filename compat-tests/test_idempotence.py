@@ -293,3 +293,27 @@ def test_idle_producers_expire_in_housekeeping(broker_factory, topic_name):
         # an expired producer is unknown: it may go on at any sequence (Kafka 2.5+)
         assert raw_produce(conn, topic_name, pid, 0, 7) == (0, 2)
     assert "Expired 1 idle producer id(s)" in broker.output()
+
+
+def test_kafka_python_admin_describes_the_default_producer(broker, topic_name):
+    """An operator's view (KafkaAdminClient.describe_producers, DescribeProducers v0) of the
+    producer id and sequences kafka-python's default producer used."""
+    from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+
+    create_topic(broker.bootstrap, topic_name)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=0)
+    try:
+        for i in range(5):
+            producer.send(topic_name, value=b"m%d" % i, partition=0).get(timeout=10)
+    finally:
+        producer.close(timeout=5)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        tp = TopicPartition(topic_name, 0)
+        [state] = admin.describe_producers([tp])[tp].active_producers
+    finally:
+        admin.close()
+    assert state.producer_id >= 0 and state.producer_epoch == 0
+    assert state.last_sequence == 4  # five single-record batches: sequences 0..4
+    assert (state.coordinator_epoch, state.current_transaction_start_offset) == (-1, -1)
+    assert abs(state.last_timestamp - time.time() * 1000) < 60_000

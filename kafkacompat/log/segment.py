@@ -10,6 +10,7 @@ import logging
 import mmap
 import os
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +30,7 @@ TXN_INDEX_SUFFIX = ".txnindex"  # written by Kafka for transactions; removed wit
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 INT32_MAX = 2**31 - 1
 _SCAN_BLOCK = 8192  # bytes read at a time while walking batch headers
+_TAIL_BATCHES = 128  # headers of the last appended batches kept for reads at the log end
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -91,6 +93,13 @@ class LogSegment:
         self._max_timestamp_known = False
         self._first_batch_timestamp: int | None = None
         self._first_batch_timestamp_known = False
+        # The tail: headers (file positions) of the batches appended last, so that a read at or
+        # near the log end needs no header scan from the last sparse index entry. Invariant:
+        # every batch of the segment before _tail_headers[0] has a last offset below _tail_floor,
+        # and _tail_headers holds every batch after those, in order. None: no tail is known.
+        self._tail_floor: int | None = None
+        self._tail_last_offsets: list[int] = []
+        self._tail_headers: list[BatchHeader] = []
 
     # -- life cycle -------------------------------------------------------------------------
 
@@ -221,6 +230,7 @@ class LogSegment:
         return self._time_index.is_full
 
     def _scan(self, *, verify_crc: bool) -> ScanOutcome:
+        self._forget_tail()
         self._offset_index.reset()
         self._time_index.reset()
         self._bytes_since_index_entry = 0
@@ -290,8 +300,31 @@ class LogSegment:
         if position == 0:
             self._first_batch_timestamp = max(header.max_timestamp for header in headers)
             self._first_batch_timestamp_known = True
+        self._remember_tail(records, headers, position)
         self.size = position + len(records)
         self.next_offset = headers[-1].next_offset
+
+    def _remember_tail(self, records: memoryview, headers: list[BatchHeader], position: int) -> None:
+        if self._tail_floor is None:
+            if self.next_offset is None:
+                return
+            self._tail_floor = self.next_offset  # every batch so far ends below it
+        last_offsets, tail = self._tail_last_offsets, self._tail_headers
+        for header in headers:
+            # A copy read from the written bytes: the caller's header objects stay its own.
+            copy = read_header(records, header.position)
+            copy.position += position
+            last_offsets.append(copy.last_offset)
+            tail.append(copy)
+        if len(tail) > _TAIL_BATCHES:
+            drop = len(tail) - _TAIL_BATCHES // 2
+            self._tail_floor = last_offsets[drop - 1] + 1
+            del last_offsets[:drop], tail[:drop]
+
+    def _forget_tail(self) -> None:
+        self._tail_floor = None
+        self._tail_last_offsets.clear()
+        self._tail_headers.clear()
 
     def _write_at(self, data: memoryview, position: int) -> None:
         fd = self._files.fd(self.log_path)
@@ -364,7 +397,12 @@ class LogSegment:
             position += header.size
 
     def find_batch(self, offset: int) -> BatchHeader | None:
-        """The first batch whose last offset is >= ``offset``, found via the offset index."""
+        """The first batch whose last offset is >= ``offset``: from the remembered tail when
+        ``offset`` is that recent, else via the offset index. Treat the header as read-only."""
+        floor = self._tail_floor
+        if floor is not None and offset >= floor:
+            found = bisect_left(self._tail_last_offsets, offset)
+            return self._tail_headers[found] if found < len(self._tail_headers) else None
         self.ensure_indexes()
         try:
             return self._find_batch_from_index(offset)
@@ -444,6 +482,7 @@ class LogSegment:
         """
         self.ensure_indexes()
         cut = self.find_batch(offset)
+        self._forget_tail()
         if cut is None:
             self.next_offset = offset
             return 0, offset

@@ -32,6 +32,9 @@ from kafkacompat.wire.frame import (
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.controller import ClusterMember
+    from kafkacompat.controller.state import BrokerInfo, PartitionState
+    from kafkacompat.controller.store import MetadataStore
     from kafkacompat.server import Connection
 
 log = logging.getLogger("kafkacompat.broker")
@@ -40,11 +43,23 @@ META_PROPERTIES = "meta.properties"
 
 
 class Broker:
-    def __init__(self, config: "BrokerConfig") -> None:
+    def __init__(self, config: "BrokerConfig", store: "MetadataStore | None" = None) -> None:
+        """A single node (topics in the data dir) unless ``config.zookeeper_connect`` is set or a
+        metadata ``store`` is given (in-process clusters): then it is a cluster member, and topics,
+        brokers and partition states come from the store through the controller."""
         self.config = config
         self.node_id = config.broker_id
         self.data_dir = Path(config.data_dir)
-        self.topics = TopicRegistry(self.data_dir)
+        self.store = store
+        self.clustered = store is not None or bool(config.zookeeper_connect)
+        self.cluster: "ClusterMember | None" = None
+        if self.clustered:
+            from kafkacompat.controller.controller import MetadataCache
+
+            self.topics: TopicRegistry = MetadataCache()
+        else:
+            self.topics = TopicRegistry(self.data_dir)
+        self._nursery: trio.Nursery | None = None
         self.logs = LogManager(self.data_dir, producer_id_expiration_ms=config.producer_id_expiration_ms)
         self.producer_ids = ProducerIdManager(self.node_id, FileBlockStore(self.data_dir))
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -57,6 +72,10 @@ class Broker:
     def open(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = self._load_or_create_meta_properties()
+        if self.clustered:
+            # Partitions open as the controller's states arrive (apply_partition_state).
+            self.logs.load_all(self._log_config_for_topic_name)
+            return
         self.topics.load()
         self.logs.load_all(self._log_config_for_topic_name)
         for topic in self.topics.by_name.values():
@@ -153,6 +172,86 @@ class Broker:
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
 
+    # ---- admin operations: local on a single node, through the controller in a cluster ------
+
+    async def admin_create_topic(self, name: str, partitions: int, replication_factor: int,
+                                 configs: dict[str, str], assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+        if self.cluster is None:
+            return self.create_topic(name, partitions, replication_factor, configs)
+        validate_topic_name(name)
+        return await self.cluster.create_topic(name, partitions, replication_factor, configs, assignment)
+
+    async def admin_delete_topic(self, topic: TopicInfo) -> None:
+        if self.cluster is None:
+            self.delete_topic(topic)
+        else:
+            await self.cluster.delete_topic(topic.name)
+
+    async def admin_add_partitions(self, topic: TopicInfo, total: int,
+                                   assignment: list[list[int]] | None = None) -> None:
+        if self.cluster is None:
+            self.add_partitions(topic, total)
+        else:
+            await self.cluster.add_partitions(topic.name, total, assignment)
+
+    async def admin_auto_create_topic(self, name: str) -> TopicInfo:
+        if self.cluster is None:
+            return self.auto_create_topic(name)
+        rf = max(1, min(self.config.default_replication_factor, self.live_broker_count()))
+        try:
+            return await self.admin_create_topic(name, self.config.num_partitions, rf, {})
+        except KafkaError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS and self.topics.get(name) is not None:
+                return self.topics.get(name)  # type: ignore[return-value]
+            raise
+
+    # ---- partition states from the controller (cluster mode) --------------------------------
+
+    async def apply_partition_state(self, state: "PartitionState") -> None:
+        """The controller's state for a partition this broker hosts (a replica of it) changed:
+        become its leader or a follower. Called by ClusterMember in order, once per change; must
+        return promptly (long work belongs in a task).
+
+        Minimal version (replication/ replaces the body): open the partition's log and record
+        leader, epoch, replicas and ISR; no follower fetching yet."""
+        key = (state.topic, state.partition)
+        partition = self.partitions.get(key)
+        if partition is None:
+            topic = self.topics.get(state.topic)
+            if topic is None:
+                return
+            config = self.log_config(topic)
+            partition_log = self.logs.get(topic.name, state.partition) or self.logs.create(
+                topic.name, state.partition, config)
+            self._write_partition_metadata(partition_log.dir, topic.topic_id)
+            partition = Partition(topic.name, state.partition, partition_log, leader_id=state.leader,
+                                  leader_epoch=state.leader_epoch)
+            self.partitions[key] = partition
+        partition.leader_id = state.leader
+        partition.leader_epoch = state.leader_epoch
+        partition.replicas = list(state.replicas)
+        partition.isr = list(state.isr)
+        partition.wake_waiters()
+        self.groups.on_partition_state(state, self.node_id)
+
+    async def remove_partition(self, topic: str, index: int) -> None:
+        """This broker no longer hosts the partition (topic deleted or replica moved): stop
+        serving it and delete its log."""
+        partition = self.partitions.pop((topic, index), None)
+        if partition is not None:
+            partition.wake_waiters()
+        self.groups.on_partition_removed(topic, index)
+        self.logs.delete_partition(topic, index)
+
+    def refresh_topic_config(self, topic: TopicInfo) -> None:
+        """Apply a topic's (possibly changed) config overrides to the logs hosted here."""
+        config = None
+        for index in range(topic.partitions):
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None:
+                config = config or self.log_config(topic)
+                partition.log.config = config
+
     # ---- cluster view ----------------------------------------------------------------------
 
     def advertised_endpoint(self) -> tuple[str, int]:
@@ -160,13 +259,33 @@ class Broker:
         return host, self.config.advertised_port or self.port
 
     @property
+    def controller_client(self) -> "ClusterMember | None":
+        """alter_partition(topic, partition, leader_epoch, partition_epoch, new_isr), ... (cluster mode)."""
+        return self.cluster
+
+    @property
     def controller_id(self) -> int:
+        if self.cluster is not None:
+            return self.cluster.cache.controller_id
         return self.node_id
 
+    def brokers(self) -> "dict[int, BrokerInfo]":
+        """Live brokers by id (this one alone on a single node)."""
+        if self.cluster is not None:
+            return self.cluster.brokers()
+        from kafkacompat.controller.state import BrokerInfo
+
+        host, port = self.advertised_endpoint()
+        return {self.node_id: BrokerInfo(self.node_id, host, port, self.config.broker_rack)}
+
     def live_broker_count(self) -> int:
+        if self.cluster is not None:
+            return len(self.cluster.cache.brokers)
         return 1
 
     def live_broker_ids(self) -> list[int]:
+        if self.cluster is not None:
+            return sorted(self.cluster.cache.brokers)
         return [self.node_id]
 
     def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
@@ -174,6 +293,8 @@ class Broker:
         them to its partitions' logs at once."""
         topic.configs = dict(configs)
         self.topics.update(topic)
+        if self.cluster is not None and self._nursery is not None:
+            self._nursery.start_soon(self.cluster.alter_topic_configs, topic.name, dict(configs))
         config = self.log_config(topic)
         for index in range(topic.partitions):
             partition = self.partitions.get((topic.name, index))
@@ -263,8 +384,11 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
+            broker._nursery = nursery
             port = await nursery.start(serve_listener, broker, broker.config.host, broker.config.port)
             broker.port = port
+            if broker.clustered:
+                await nursery.start(_join_cluster, broker)
             nursery.start_soon(broker.run_housekeeping)
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
@@ -275,8 +399,43 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             )
             task_status.started(port)
     finally:
+        if broker.cluster is not None:
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(5):
+                    await broker.cluster.close()  # ends the session: our ephemeral nodes go now
         broker.close()
         log.info("kafkacompat broker %d stopped; logs flushed and checkpoints written", broker.node_id)
+
+
+async def _join_cluster(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Connect to the metadata store (ZooKeeper when configured), register, take part in the
+    controller election and keep the metadata cache in sync (ClusterMember.run)."""
+    from kafkacompat.controller.controller import ClusterMember
+
+    store = broker.store
+    if store is None:
+        from kafkacompat.controller.zookeeper import ZooKeeperStore
+
+        config = broker.config
+        store = await ZooKeeperStore(
+            config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+        ).start()
+        broker.store = store
+    broker.cluster = ClusterMember(broker, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(broker.cluster.run)
+        task_status.started()
+
+
+async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> None:
+    """Controlled shutdown first (leaders move away) when in a cluster, then stop."""
+    if broker.cluster is not None and broker.config.controlled_shutdown_enable:
+        try:
+            await broker.cluster.controlled_shutdown(timeout=30)
+        except Exception:
+            log.exception("Controlled shutdown failed; stopping anyway")
+    cancel_scope.cancel()
 
 
 async def _serve_until_signalled(config: "BrokerConfig") -> None:
@@ -286,6 +445,9 @@ async def _serve_until_signalled(config: "BrokerConfig") -> None:
             nursery.start_soon(serve, broker)
             async for signum in signals:
                 log.info("Received %s; shutting down", signal.Signals(signum).name)
+                nursery.start_soon(shutdown_broker, broker, nursery.cancel_scope)
+                break
+            async for signum in signals:  # a second signal: stop at once
                 nursery.cancel_scope.cancel()
                 break
 

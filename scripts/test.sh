@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
-# installs what is missing (kcat and Node.js from Debian, a Python venv with the test extras,
+# installs what is missing (kcat, Node.js, ZooKeeper and a JRE from Debian, a Python venv with the test extras,
 # kafkajs from npm), then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +11,9 @@ missing=()
 command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 command -v node >/dev/null 2>&1 || missing+=(nodejs)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
+# ZooKeeper (and a JRE to run it) for the replicated-cluster tests.
+command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
+[ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq

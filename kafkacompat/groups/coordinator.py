@@ -157,6 +157,9 @@ class GroupCoordinator:
         self.loading = False
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
         self._timers = _Timers()
+        # In a cluster: the __consumer_offsets partitions this broker leads (their groups are
+        # loaded here); None on a single node, which coordinates every group.
+        self.owned_partitions: set[int] | None = None
 
     # ---- time and timers ----------------------------------------------------------------------
 
@@ -214,19 +217,25 @@ class GroupCoordinator:
     def offsets_topic(self):
         return self.broker.topics.get(OFFSETS_TOPIC)
 
+    def offsets_topic_configs(self) -> dict[str, str]:
+        return {
+            "cleanup.policy": "compact",
+            "compression.type": "producer",
+            "segment.bytes": str(self.config.offsets_topic_segment_bytes),
+        }
+
     def ensure_offsets_topic(self):
         topic = self.offsets_topic()
         if topic is None:
+            if getattr(self.broker, "cluster", None) is not None:
+                # In a cluster the topic is created through the controller (FindCoordinator).
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
             config = self.config
             topic = self.broker.create_topic(
                 OFFSETS_TOPIC,
                 config.offsets_topic_num_partitions,
                 min(config.offsets_topic_replication_factor, self.broker.live_broker_count()),
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(config.offsets_topic_segment_bytes),
-                },
+                self.offsets_topic_configs(),
             )
         return topic
 
@@ -359,9 +368,51 @@ class GroupCoordinator:
     def _check_group_id(self, group_id: str | None) -> int:
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
+        if not self.is_coordinator_for(group_id):
+            return ErrorCode.NOT_COORDINATOR
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
         return ErrorCode.NONE
+
+    # ---- leadership of __consumer_offsets (cluster mode) ----------------------------------------
+
+    def is_coordinator_for(self, group_id: str) -> bool:
+        return self.owned_partitions is None or self.partition_for(group_id) in self.owned_partitions
+
+    def on_partition_state(self, state, node_id: int) -> None:
+        """The broker applied a controller state: load a __consumer_offsets partition's groups when
+        this broker becomes its leader, drop them when it stops being the leader."""
+        if state.topic != OFFSETS_TOPIC:
+            return
+        if self.owned_partitions is None:
+            self.owned_partitions = set()
+        index = state.partition
+        if state.leader == node_id and index not in self.owned_partitions:
+            partition = self.broker.partition(OFFSETS_TOPIC, index)
+            if partition is None:
+                return
+            self.loading = True
+            try:
+                before = set(self.groups)
+                self._load_partition(partition)
+            finally:
+                self.loading = False
+            self.owned_partitions.add(index)
+            for group_id in set(self.groups) - before:
+                group = self.groups[group_id]
+                for member in group.members.values():
+                    self._reschedule_heartbeat(group, member)
+            log.info("Coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
+        elif state.leader != node_id and index in self.owned_partitions:
+            self.on_partition_removed(OFFSETS_TOPIC, index)
+
+    def on_partition_removed(self, topic: str, index: int) -> None:
+        if topic != OFFSETS_TOPIC or self.owned_partitions is None or index not in self.owned_partitions:
+            return
+        self.owned_partitions.discard(index)
+        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
+            self.groups.pop(group_id, None)
+        log.info("No longer coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
 
     @staticmethod
     def _validate_member(group: Group, member_id: str, instance_id: str | None) -> int:
@@ -893,6 +944,8 @@ class GroupCoordinator:
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
                       require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
         """(group error, offsets); ``topics`` None means every committed partition of the group."""
+        if group_id and not self.is_coordinator_for(group_id):
+            return ErrorCode.NOT_COORDINATOR, []
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, []
         if not group_id and topics is None:

@@ -38,6 +38,9 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | 
 
 def _brokers(ctx: RequestContext) -> list:
     broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
+    if getattr(ctx.broker, "cluster", None) is not None:
+        return [broker_cls(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
+                for b in sorted(ctx.broker.brokers().values(), key=lambda b: b.broker_id)]
     host, port = ctx.broker.advertised_endpoint()
     rack = ctx.broker.config.broker_rack
     return [broker_cls(broker_id=ctx.broker.node_id, host=host, port=port, rack=rack, is_fenced=False)]

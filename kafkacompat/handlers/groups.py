@@ -3,7 +3,7 @@ DescribeGroups, ListGroups, DeleteGroups. The work is in kafkacompat.groups.coor
 
 from __future__ import annotations
 
-from kafkacompat.groups.coordinator import JoinRequest
+from kafkacompat.groups.coordinator import OFFSETS_TOPIC, JoinRequest
 from kafkacompat.groups.state import GroupState
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
@@ -41,9 +41,37 @@ def _message(error: int) -> str | None:
 # ---- FindCoordinator -----------------------------------------------------------------------
 
 
-def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
+async def _find_in_cluster(ctx: RequestContext, key: str) -> tuple[int, int, str, int]:
+    """The coordinator of a group is the leader of its __consumer_offsets partition (created
+    through the controller with offsets.topic.replication.factor, capped by the live brokers)."""
+    broker = ctx.broker
+    groups = coordinator(ctx)
+    if groups.offsets_topic() is None:
+        config = broker.config
+        try:
+            await broker.admin_create_topic(
+                OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+                max(1, min(config.offsets_topic_replication_factor, broker.live_broker_count())),
+                groups.offsets_topic_configs(),
+            )
+        except Exception:  # noqa: BLE001 - created concurrently or not yet possible: the client retries
+            pass
+        if groups.offsets_topic() is None:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    state = broker.cluster.cache.partition_state(OFFSETS_TOPIC, groups.partition_for(key))
+    info = broker.brokers().get(state.leader) if state is not None else None
+    if info is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    if state.leader == broker.node_id and groups.loading:
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
+    return ErrorCode.NONE, info.broker_id, info.host, info.port
+
+
+async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
         return ErrorCode.INVALID_REQUEST, -1, "", -1
+    if key_type == GROUP_KEY_TYPE and getattr(ctx.broker, "cluster", None) is not None:
+        return await _find_in_cluster(ctx, key)
     if key_type == GROUP_KEY_TYPE:
         try:
             coordinator(ctx).ensure_offsets_topic()
@@ -62,11 +90,11 @@ async def handle_find_coordinator(request, ctx: RequestContext):
         entry = response_class(FIND_COORDINATOR).Coordinator
         coordinators = []
         for key in request.coordinator_keys or []:
-            error, node_id, host, port = _find(ctx, key, key_type)
+            error, node_id, host, port = await _find(ctx, key, key_type)
             coordinators.append(entry(key=key, node_id=node_id, host=host, port=port, error_code=error,
                                       error_message=_message(error)))
         return response_for(FIND_COORDINATOR, ctx, throttle_time_ms=0, coordinators=coordinators)
-    error, node_id, host, port = _find(ctx, request.key, key_type)
+    error, node_id, host, port = await _find(ctx, request.key, key_type)
     return response_for(FIND_COORDINATOR, ctx, throttle_time_ms=0, error_code=error,
                         error_message=_message(error), node_id=node_id, host=host, port=port)
 

@@ -22,7 +22,7 @@ def _requested_topics(request, version: int) -> list | None:
     return topics
 
 
-def _resolve(
+async def _resolve(
     ctx: RequestContext, name: str | None, topic_id, allow_auto_create: bool
 ) -> tuple[TopicInfo | None, int, str | None]:
     broker = ctx.broker
@@ -37,7 +37,10 @@ def _resolve(
     except KafkaError as exc:
         return None, exc.code, name
     if broker.config.auto_create_topics_enable and allow_auto_create and not broker.topics.colliding_topic(name):
-        return broker.auto_create_topic(name), ErrorCode.NONE, name
+        try:
+            return await broker.admin_auto_create_topic(name), ErrorCode.NONE, name
+        except KafkaError as exc:
+            return None, exc.code, name
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name
 
 
@@ -45,7 +48,11 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     cls = response_class(METADATA).MetadataResponseTopic
     partition_cls = cls.MetadataResponsePartition
     partitions = []
+    cluster = getattr(ctx.broker, "cluster", None)
     for index in range(topic.partitions):
+        if cluster is not None:
+            partitions.append(_partition_from_state(ctx, partition_cls, topic.name, index))
+            continue
         partition = ctx.broker.partition(topic.name, index)
         if partition is None:
             partitions.append(partition_cls(
@@ -64,8 +71,31 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     )
 
 
+def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index: int):
+    """A partition as the controller's state says (cluster mode): leader, leader epoch, replicas,
+    ISR and the replicas on brokers that are not alive. A partition without a live leader is
+    LEADER_NOT_AVAILABLE with leader -1, as Kafka's MetadataCache answers."""
+    state = ctx.broker.cluster.cache.partition_state(topic, index)
+    if state is None:
+        return partition_cls(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1, leader_epoch=-1,
+            replica_nodes=[], isr_nodes=[], offline_replicas=[],
+        )
+    live = ctx.broker.cluster.cache.brokers
+    leader_alive = state.leader in live
+    return partition_cls(
+        error_code=ErrorCode.NONE if leader_alive else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
+        leader_id=state.leader if leader_alive else -1, leader_epoch=state.leader_epoch,
+        replica_nodes=list(state.replicas), isr_nodes=list(state.isr),
+        offline_replicas=list(state.offline_replicas),
+    )
+
+
 def broker_list(ctx: RequestContext) -> list:
     cls = response_class(METADATA).MetadataResponseBroker
+    if getattr(ctx.broker, "cluster", None) is not None:
+        return [cls(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+                for b in sorted(ctx.broker.brokers().values(), key=lambda b: b.broker_id)]
     host, port = ctx.broker.advertised_endpoint()
     return [cls(node_id=ctx.broker.node_id, host=host, port=port, rack=ctx.broker.config.broker_rack)]
 
@@ -83,7 +113,7 @@ async def handle_metadata(request, ctx: RequestContext):
         topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.broker.topics.by_name.values()]
     else:
         for wanted in requested:
-            topic, error, name = _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
+            topic, error, name = await _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
             if topic is not None:
                 topics.append(topic_metadata(ctx, topic, include_topic_ops))
             else:

@@ -36,6 +36,7 @@ class TopicPlan:
     partitions: int
     replication_factor: int
     configs: dict[str, str]
+    assignment: dict[int, list[int]] | None = None  # manual replica assignment, if any
 
 
 def _duplicates(names: Iterable[str | None]) -> set[str | None]:
@@ -153,8 +154,9 @@ def _plan_topic(ctx: RequestContext, topic) -> TopicPlan:
     configs = validate_creation_configs(topic.configs)
     if topic.assignments:
         partitions, replication_factor = _plan_from_assignments(ctx, topic)
-    else:
-        partitions, replication_factor = _plan_from_counts(ctx, topic)
+        assignment = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+        return TopicPlan(partitions, replication_factor, configs, assignment)
+    partitions, replication_factor = _plan_from_counts(ctx, topic)
     return TopicPlan(partitions, replication_factor, configs)
 
 
@@ -197,7 +199,8 @@ async def handle_create_topics(request, ctx: RequestContext):
             plan = _plan_topic(ctx, topic)
             topic_id = None
             if not validate_only:
-                created = ctx.broker.create_topic(topic.name, plan.partitions, plan.replication_factor, plan.configs)
+                created = await ctx.broker.admin_create_topic(
+                    topic.name, plan.partitions, plan.replication_factor, plan.configs, plan.assignment)
                 topic_id = created.topic_id
         except KafkaError as exc:
             log.info("CreateTopics %s: %s (%s)", topic.name, exc.code.name, exc.message)
@@ -279,7 +282,7 @@ async def handle_delete_topics(request, ctx: RequestContext):
         return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
     to_delete, results = _resolve_for_deletion(ctx, targets, result_cls)
     for topic in to_delete:
-        ctx.broker.delete_topic(topic)
+        await ctx.broker.admin_delete_topic(topic)
         results.append(_delete_result(result_cls, topic.name, topic.topic_id, ErrorCode.NONE))
     return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
 
@@ -327,7 +330,9 @@ async def handle_create_partitions(request, ctx: RequestContext):
         try:
             topic = _check_partition_increase(ctx, request_topic)
             if not request.validate_only:
-                ctx.broker.add_partitions(topic, request_topic.count)
+                assignment = ([list(a.broker_ids) for a in request_topic.assignments]
+                              if request_topic.assignments is not None else None)
+                await ctx.broker.admin_add_partitions(topic, request_topic.count, assignment)
         except KafkaError as exc:
             message = None if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else exc.message
             results.append(result_cls(name=request_topic.name, error_code=exc.code, error_message=message))

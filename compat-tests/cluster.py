@@ -1,0 +1,92 @@
+"""A real cluster for compat tests: ZooKeeper on a free loopback port and N kafkacompat broker
+processes joined to it with --zookeeper (short ZooKeeper sessions, so a SIGKILLed broker is
+noticed within about a second). Shared by the controller and the replication compat tests.
+
+    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+        cluster.bootstrap          # "127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2"
+        cluster.brokers[1].kill()  # SIGKILL
+        cluster.wait_for(lambda md: ...)  # poll confluent_kafka metadata until true
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkacompat.testing.process import BrokerProcess
+from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
+
+SESSION_TIMEOUT_MS = 1500
+
+
+class ZooKeeperCluster:
+    def __init__(self, tmp_path: Path, brokers: int = 3, *, extra_args: list[str] | None = None,
+                 racks: list[str] | None = None) -> None:
+        if not zookeeper_available():
+            pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+        self.tmp_path = Path(tmp_path)
+        self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper")
+        self.count = brokers
+        self.extra_args = list(extra_args or [])
+        self.racks = racks
+        self.brokers: dict[int, BrokerProcess] = {}
+
+    def __enter__(self) -> "ZooKeeperCluster":
+        self.zookeeper.start()
+        try:
+            for broker_id in range(self.count):
+                self.start_broker(broker_id)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def broker_args(self, broker_id: int) -> list[str]:
+        args = ["--zookeeper", f"{self.zookeeper.connect}/kafkacompat",
+                "--set", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", *self.extra_args]
+        if self.racks:
+            args += ["--set", f"broker.rack={self.racks[broker_id]}"]
+        return args
+
+    def start_broker(self, broker_id: int) -> BrokerProcess:
+        proc = self.brokers.get(broker_id)
+        if proc is None:
+            proc = BrokerProcess(self.tmp_path / f"broker-{broker_id}", broker_id=broker_id,
+                                 extra_args=self.broker_args(broker_id))
+            self.brokers[broker_id] = proc
+        return proc.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(p.bootstrap for _, p in sorted(self.brokers.items()) if p.proc and p.proc.poll() is None)
+
+    def close(self) -> None:
+        for proc in self.brokers.values():
+            proc.kill()
+        self.zookeeper.stop()
+
+    def metadata(self, broker_id: int | None = None, topic: str | None = None):
+        """ClusterMetadata from one broker (its own view), through confluent_kafka's AdminClient."""
+        from confluent_kafka.admin import AdminClient
+
+        bootstrap = self.brokers[broker_id].bootstrap if broker_id is not None else self.bootstrap
+        admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
+        return admin.list_topics(topic=topic, timeout=10)
+
+    def wait_for(self, predicate, *, broker_id: int | None = None, timeout: float = 30.0):
+        deadline = time.monotonic() + timeout
+        last_error = None
+        while time.monotonic() < deadline:
+            try:
+                md = self.metadata(broker_id)
+                if predicate(md):
+                    return md
+            except Exception as exc:  # noqa: BLE001 - brokers coming and going
+                last_error = exc
+            time.sleep(0.2)
+        raise AssertionError(f"cluster condition not reached within {timeout}s (last error: {last_error})")

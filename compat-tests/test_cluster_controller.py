@@ -1,0 +1,142 @@
+"""Three real broker processes on a real ZooKeeper, driven by confluent_kafka (librdkafka):
+every broker reports the same metadata (brokers, controller, leaders, replicas, ISR); CreateTopics
+with replication factor 3; the controller SIGKILLed -> another is elected and the cluster keeps
+serving; dev-cluster prints a bootstrap that works."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cluster import ZooKeeperCluster
+from kafkacompat.testing.process import free_port
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+
+def create_topic(bootstrap: str, name: str, partitions: int, rf: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=rf)],
+                                  operation_timeout=20)
+    futures[name].result(timeout=30)
+
+
+def partition_view(md, topic):
+    return {p.id: (p.leader, tuple(p.replicas), tuple(sorted(p.isrs))) for p in md.topics[topic].partitions.values()}
+
+
+def produce_and_consume(bootstrap: str, topic: str, count: int = 20) -> None:
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(count):
+        producer.produce(topic, key=str(i).encode(), value=f"v{i}".encode())
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{topic}",
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = set()
+    deadline = time.monotonic() + 30
+    while len(seen) < count and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen.add(message.value())
+    consumer.close()
+    assert len(seen) == count
+
+
+def test_three_brokers_agree_on_metadata_and_create_topics_rf3(tmp_path, topic_name):
+    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 3 and md.controller_id in (0, 1, 2))
+        create_topic(cluster.bootstrap, topic_name, 6, 3)
+        views = []
+        for broker_id in range(3):
+            md = cluster.wait_for(lambda md: topic_name in md.topics and len(md.topics[topic_name].partitions) == 6
+                                  and all(p.leader >= 0 for p in md.topics[topic_name].partitions.values()),
+                                  broker_id=broker_id)
+            assert sorted(md.brokers) == [0, 1, 2]
+            views.append((md.controller_id, partition_view(md, topic_name)))
+        assert views[0] == views[1] == views[2]
+        controller, partitions = views[0]
+        assert controller in (0, 1, 2)
+        assert {leader for leader, _, _ in partitions.values()} == {0, 1, 2}   # leaders spread
+        for leader, replicas, isr in partitions.values():
+            assert sorted(replicas) == [0, 1, 2] and isr == (0, 1, 2) and leader == replicas[0]
+        produce_and_consume(cluster.bootstrap, topic_name)
+
+
+def test_controller_killed_a_new_one_is_elected_and_the_cluster_serves(tmp_path, topic_name):
+    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+        md = cluster.wait_for(lambda md: len(md.brokers) == 3 and md.controller_id >= 0)
+        old = md.controller_id
+        create_topic(cluster.bootstrap, topic_name, 3, 3)
+        cluster.brokers[old].kill()
+        survivors = [b for b in range(3) if b != old]
+        md = cluster.wait_for(lambda md: md.controller_id in survivors and len(md.brokers) == 2
+                              and all(p.leader in survivors for p in md.topics[topic_name].partitions.values()),
+                              broker_id=survivors[0])
+        for p in md.topics[topic_name].partitions.values():
+            assert old not in p.isrs
+        # The cluster keeps serving: a new topic (RF 2 on the two survivors), and the old one.
+        create_topic(cluster.bootstrap, topic_name + "-2", 2, 2)
+        cluster.wait_for(lambda md: all(p.leader in survivors for p in md.topics[topic_name + "-2"].partitions.values()),
+                         broker_id=survivors[1])
+        with pytest.raises(Exception):
+            create_topic(cluster.bootstrap, topic_name + "-3", 1, 3)  # only two brokers left
+        # The killed broker comes back and registers again.
+        cluster.start_broker(old)
+        cluster.wait_for(lambda md: len(md.brokers) == 3, broker_id=old)
+
+
+def test_dev_cluster_prints_a_working_bootstrap(tmp_path, topic_name):
+    port = free_port()
+    while any(_port_taken(port + i) for i in range(3)):
+        port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kafkacompat", "dev-cluster", "--brokers", "3", "--port", str(port),
+         "--data-dir", str(tmp_path / "dev")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
+    try:
+        bootstrap = None
+        deadline = time.monotonic() + 60
+        lines = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            found = re.search(r"bootstrap servers: (\S+)", line)
+            if found:
+                bootstrap = found.group(1)
+                break
+        assert bootstrap == f"127.0.0.1:{port},127.0.0.1:{port + 1},127.0.0.1:{port + 2}", "".join(lines)
+        create_topic(bootstrap, topic_name, 3, 3)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        md = admin.list_topics(timeout=10)
+        assert sorted(md.brokers) == [0, 1, 2]
+        assert all(sorted(p.replicas) == [0, 1, 2] for p in md.topics[topic_name].partitions.values())
+        produce_and_consume(bootstrap, topic_name)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _port_taken(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return False
+        except OSError:
+            return True

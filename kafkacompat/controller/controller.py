@@ -1,0 +1,765 @@
+"""The replicated cluster's control plane, on the MetadataStore interface (one code path for
+ZooKeeper and the embedded store).
+
+Layout of the store, as Kafka's ZooKeeper mode (ZkData.scala), JSON values:
+
+  /cluster/id                                    {"version":"1","id":...}
+  /brokers/ids/<id>                   ephemeral  {"version":5,"host","port","rack","endpoints",...}
+  /controller                         ephemeral  {"version":1,"brokerid","timestamp"}
+  /controller_epoch                              "<n>", bumped by every newly elected controller
+  /brokers/topics/<t>                            {"version":3,"partitions":{"0":[1,2]},"topic_id":...}
+  /brokers/topics/<t>/partitions/<p>/state       {"version":1,"leader","leader_epoch","isr",
+                                                  "controller_epoch"}; its node version is the
+                                                  partition epoch (compare-and-set)
+  /config/topics/<t>                             {"version":1,"config":{...}}
+  /admin/delete_topics/<t>                       deletion requested (the controller does it)
+  /kafkacompat/shutting_down/<id>     ephemeral  controlled shutdown in progress (Kafka: an RPC)
+
+Every broker runs a ``ClusterMember``: it registers itself, takes part in the controller
+election, and keeps a ``MetadataCache`` (the TopicRegistry the handlers read, plus brokers,
+controller and partition states) by re-reading the store whenever a watch nudges it. The member
+that holds /controller also reconciles: partition states for new partitions, leader election
+when a leader dies or shuts down (from the ISR; from any live replica only with
+unclean.leader.election.enable), dead replicas out of the ISR, topic deletion. Every write of a
+partition state is a compare-and-set on its version, so a stale writer (an old controller, a
+fenced leader) fails instead of overwriting newer state. Brokers apply the states of the
+partitions they host with ``Broker.apply_partition_state``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable
+
+import trio
+
+from kafkacompat.controller.state import BrokerInfo, PartitionState
+from kafkacompat.controller.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    StoreError,
+    encode_json,
+)
+from kafkacompat.controller.topics import TopicInfo, TopicRegistry
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker import Broker
+
+log = logging.getLogger("kafkacompat.controller")
+
+CLUSTER_ID = "/cluster/id"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+SHUTTING_DOWN = "/kafkacompat/shutting_down"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+
+
+# ---- replica assignment (Kafka's AdminUtils.assignReplicasToBrokers) -------------------------
+
+
+def _replica_index(first: int, shift: int, j: int, n: int) -> int:
+    return (first + 1 + (shift + j) % (n - 1)) % n
+
+
+def rack_alternated(brokers: dict[int, str]) -> list[int]:
+    """Brokers ordered so that consecutive ones are on different racks: one from each rack in
+    turn (racks and brokers sorted), as Kafka's getRackAlternatedBrokerList."""
+    by_rack: dict[str, list[int]] = {}
+    for broker_id, rack in sorted(brokers.items()):
+        by_rack.setdefault(rack, []).append(broker_id)
+    iterators = [iter(by_rack[rack]) for rack in sorted(by_rack)]
+    result: list[int] = []
+    while len(result) < len(brokers):
+        for it in iterators:
+            nxt = next(it, None)
+            if nxt is not None:
+                result.append(nxt)
+    return result
+
+
+def assign_replicas(
+    brokers: dict[int, str | None], partitions: int, replication_factor: int, *,
+    start_index: int = -1, replica_shift: int = -1, start_partition: int = 0,
+) -> dict[int, list[int]]:
+    """Partition -> replicas (preferred leader first). Round-robin from a (random by default) start
+    broker, each further replica shifted; rack-aware when every broker has a rack."""
+    if replication_factor <= 0:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, "Replication factor must be larger than 0.")
+    if replication_factor > len(brokers):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}.",
+        )
+    racks = {b: r for b, r in brokers.items() if r}
+    rack_aware = bool(racks) and len(racks) == len(brokers)
+    ordered = rack_alternated(racks) if rack_aware else sorted(brokers)
+    n = len(ordered)
+    num_racks = len(set(racks.values())) if rack_aware else 1
+    start = start_index if start_index >= 0 else random.randrange(n)
+    shift = replica_shift if replica_shift >= 0 else random.randrange(n)
+    result: dict[int, list[int]] = {}
+    for partition in range(start_partition, start_partition + partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + start) % n
+        replicas = [ordered[first]]
+        if not rack_aware:
+            replicas += [ordered[_replica_index(first, shift, j, n)] for j in range(replication_factor - 1)]
+        else:
+            racks_used = {racks[ordered[first]]}
+            k = 0
+            for _ in range(replication_factor - 1):
+                while True:
+                    candidate = ordered[_replica_index(first, shift * num_racks, k, n)]
+                    k += 1
+                    if ((racks[candidate] not in racks_used or len(racks_used) == num_racks)
+                            and (candidate not in replicas or len(replicas) == n)):
+                        replicas.append(candidate)
+                        racks_used.add(racks[candidate])
+                        break
+        result[partition] = replicas
+    return result
+
+
+# ---- the cluster as read from the store --------------------------------------------------------
+
+
+@dataclass
+class TopicRecord:
+    name: str
+    topic_id: uuid.UUID
+    assignment: dict[int, tuple[int, ...]]
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ClusterView:
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    controller_id: int = -1
+    topics: dict[str, TopicRecord] = field(default_factory=dict)
+    # (topic, partition) -> (state JSON, node version)
+    raw_states: dict[tuple[str, int], tuple[dict, int]] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    shutting_down: set[int] = field(default_factory=set)
+
+    def state(self, topic: str, partition: int) -> PartitionState | None:
+        record = self.topics.get(topic)
+        raw = self.raw_states.get((topic, partition))
+        if record is None or raw is None or partition not in record.assignment:
+            return None
+        data, version = raw
+        replicas = record.assignment[partition]
+        return PartitionState(
+            topic=topic, partition=partition, replicas=tuple(replicas), isr=tuple(data.get("isr", ())),
+            leader=int(data.get("leader", -1)), leader_epoch=int(data.get("leader_epoch", 0)),
+            partition_epoch=version, offline_replicas=tuple(r for r in replicas if r not in self.brokers),
+        )
+
+    def all_states(self) -> Iterable[PartitionState]:
+        for topic, record in self.topics.items():
+            for partition in sorted(record.assignment):
+                state = self.state(topic, partition)
+                if state is not None:
+                    yield state
+
+
+def broker_info_json(info: BrokerInfo) -> dict:
+    return {
+        "version": 5, "host": info.host, "port": info.port, "rack": info.rack, "jmx_port": -1,
+        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "timestamp": str(int(time.time() * 1000)),
+    }
+
+
+async def read_cluster(store: MetadataStore) -> ClusterView:
+    view = ClusterView()
+    for name in await store.children_or_empty(BROKER_IDS):
+        found = await store.get_json(f"{BROKER_IDS}/{name}")
+        if found is not None:
+            data = found[0]
+            view.brokers[int(name)] = BrokerInfo(int(name), data["host"], int(data["port"]), data.get("rack"))
+    controller = await store.get_json(CONTROLLER)
+    view.controller_id = int(controller[0]["brokerid"]) if controller else -1
+    view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
+    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN)}
+    for name in await store.children_or_empty(TOPICS):
+        found = await store.get_json(topic_path(name))
+        if found is None:
+            continue
+        data = found[0]
+        assignment = {int(p): tuple(int(r) for r in replicas) for p, replicas in data.get("partitions", {}).items()}
+        config = await store.get_json(f"{CONFIG_TOPICS}/{name}")
+        topic_id = decode_topic_id(data["topic_id"]) if data.get("topic_id") else uuid.UUID(int=0)
+        view.topics[name] = TopicRecord(name, topic_id, assignment, dict(config[0].get("config", {})) if config else {})
+        for partition in assignment:
+            raw = await store.get_json(state_path(name, partition))
+            if raw is not None:
+                view.raw_states[(name, partition)] = raw
+    return view
+
+
+# ---- the cache the handlers read ---------------------------------------------------------------
+
+
+class MetadataCache(TopicRegistry):
+    """The broker's view of the cluster: topics (the TopicRegistry interface the handlers use;
+    never written to the data dir - the store is the truth), live brokers, the controller and the
+    state of every partition."""
+
+    def __init__(self) -> None:
+        self.path = None  # type: ignore[assignment]
+        self.by_name = {}
+        self.by_id = {}
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.controller_id = -1
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self.shutting_down: set[int] = set()
+
+    def load(self) -> None:
+        pass
+
+    def save(self) -> None:
+        pass
+
+    def update_from(self, view: ClusterView) -> None:
+        self.brokers = dict(view.brokers)
+        self.controller_id = view.controller_id
+        self.shutting_down = set(view.shutting_down)
+        by_name: dict[str, TopicInfo] = {}
+        for name, record in view.topics.items():
+            if name in view.deleting:
+                continue
+            existing = self.by_name.get(name)
+            rf = len(record.assignment.get(0, ())) if record.assignment else 0
+            if existing is not None and existing.topic_id == record.topic_id:
+                existing.partitions = len(record.assignment)
+                existing.replication_factor = rf
+                existing.configs = dict(record.configs)
+                by_name[name] = existing
+            else:
+                by_name[name] = TopicInfo(name, record.topic_id, len(record.assignment), rf, dict(record.configs))
+        self.by_name = by_name
+        self.by_id = {t.topic_id: t for t in by_name.values()}
+        self.states = {(s.topic, s.partition): s for s in view.all_states() if s.topic in by_name}
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self.states.get((topic, partition))
+
+
+# ---- the controller's decisions (pure functions of a state and the live brokers) ---------------
+
+
+def decide_state(
+    state: PartitionState, alive: set[int], shutting_down: set[int], unclean: bool
+) -> tuple[int, list[int]] | None:
+    """The (leader, isr) a controller should write for a partition, or None when it is fine.
+
+    Kafka's rules: a leader that is dead or shutting down is replaced by the first replica (in
+    assignment order) that is in the ISR, alive and not shutting down (OfflinePartitionLeader /
+    ControlledShutdownLeader selection); with none, by the first live replica when unclean
+    leader election is enabled (its ISR then is just itself); otherwise the partition goes
+    offline (leader -1, the ISR kept, so its last members can lead again when they return), except
+    that a shutting-down leader with no successor keeps leading. Dead and shutting-down followers
+    leave the ISR."""
+    eligible = alive - shutting_down
+    leader_ok = state.leader in eligible
+    if leader_ok:
+        isr = [r for r in state.isr if r in eligible or r == state.leader]
+        if isr != list(state.isr):
+            return state.leader, isr
+        return None
+    candidates = [r for r in state.replicas if r in state.isr and r in eligible]
+    if candidates:
+        leader = candidates[0]
+        return leader, [r for r in state.isr if r in eligible]
+    if state.leader in alive:  # shutting down, nobody to take over: keep leading for now
+        isr = [r for r in state.isr if r in eligible or r == state.leader]
+        return (state.leader, isr) if isr != list(state.isr) else None
+    if unclean:
+        live = [r for r in state.replicas if r in eligible]
+        if live:
+            return live[0], [live[0]]
+    if state.leader == -1:
+        return None
+    return -1, list(state.isr)
+
+
+# ---- one broker's membership -------------------------------------------------------------------
+
+
+class _Nudge:
+    def __init__(self) -> None:
+        self._event = trio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+        self._event = trio.Event()
+
+
+class ClusterMember:
+    """Registration, controller election, the metadata cache and the controller's reconciliation
+    for one broker. ``Broker.controller_client`` is this object."""
+
+    SYNC_COALESCE_SECONDS = 0.005
+    RETRY_SECONDS = 0.5
+
+    def __init__(self, broker: "Broker", store: MetadataStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.node_id = broker.node_id
+        # The broker's topic registry in cluster mode is this cache (handlers read it).
+        self.cache = broker.topics if isinstance(broker.topics, MetadataCache) else MetadataCache()
+        self.view = ClusterView()
+        self.is_controller = False
+        self.controller_epoch = 0
+        self._nudge = _Nudge()
+        self._watched: set[tuple[str, bool]] = set()
+        self._applied: dict[tuple[str, int], PartitionState] = {}
+        self._synced = trio.Event()
+        self._step_lock = trio.Lock()
+        self._stopping = False
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        for path in (BROKER_IDS, TOPICS, DELETE_TOPICS, SHUTTING_DOWN, CONFIG_TOPICS):
+            await self.store.ensure_path(path)
+        self.broker.cluster_id = await self._cluster_id()
+        self.store.add_session_listener(self._nudge.set)
+        await self._watch(BROKER_IDS, children=True)
+        await self._watch(TOPICS, children=True)
+        await self._watch(DELETE_TOPICS, children=True)
+        await self._watch(SHUTTING_DOWN, children=True)
+        await self._watch(CONTROLLER)
+        await self._register()
+        await self._step()
+        task_status.started()
+        while True:
+            await self._nudge.wait()
+            await trio.sleep(self.SYNC_COALESCE_SECONDS)
+            try:
+                await self._step()
+            except StoreError as exc:
+                log.warning("Metadata store error (%s); retrying", exc)
+                await trio.sleep(self.RETRY_SECONDS)
+                self._nudge.set()
+
+    async def _cluster_id(self) -> str:
+        found = await self.store.get_json(CLUSTER_ID)
+        if found is None:
+            try:
+                await self.store.create(CLUSTER_ID, encode_json({"version": "1", "id": self.broker.cluster_id}))
+                return self.broker.cluster_id
+            except NodeExistsError:
+                found = await self.store.get_json(CLUSTER_ID)
+        assert found is not None
+        return found[0]["id"]
+
+    async def _watch(self, path: str, *, children: bool = False) -> bool:
+        if (path, children) in self._watched:
+            return False
+        self._watched.add((path, children))
+        await self.store.watch(path, self._nudge.set, children=children)
+        return True
+
+    def broker_info(self) -> BrokerInfo:
+        host, port = self.broker.advertised_endpoint()
+        return BrokerInfo(self.node_id, host, port, self.broker.config.broker_rack)
+
+    async def _register(self) -> None:
+        path = f"{BROKER_IDS}/{self.node_id}"
+        try:
+            await self.store.create(path, encode_json(broker_info_json(self.broker_info())), ephemeral=True)
+            log.info("Registered broker %d at %s", self.node_id, path)
+        except NodeExistsError:
+            owner = await self.store.ephemeral_owner(path)
+            if owner != self.store.session_id:
+                # Kafka refuses a second broker with the same id; after our own session expired
+                # the old node may linger until the server notices, so retry.
+                log.warning("Broker id %d is registered by another session; retrying", self.node_id)
+                await trio.sleep(self.RETRY_SECONDS)
+                self._nudge.set()
+
+    async def _elect(self) -> None:
+        found = await self.store.get_json(CONTROLLER)
+        if found is None:
+            payload = {"version": 1, "brokerid": self.node_id, "timestamp": str(int(time.time() * 1000))}
+            try:
+                await self.store.create(CONTROLLER, encode_json(payload), ephemeral=True)
+            except NodeExistsError:
+                self.is_controller = False
+                return
+            self.controller_epoch = await self._bump_controller_epoch()
+            self.is_controller = True
+            log.info("Broker %d is the controller (epoch %d)", self.node_id, self.controller_epoch)
+            return
+        mine = int(found[0]["brokerid"]) == self.node_id
+        if mine:
+            try:
+                mine = await self.store.ephemeral_owner(CONTROLLER) == self.store.session_id
+            except NoNodeError:
+                mine = False
+        if self.is_controller and not mine:
+            log.info("Broker %d is no longer the controller", self.node_id)
+        self.is_controller = mine
+
+    async def _bump_controller_epoch(self) -> int:
+        while True:
+            found = await self.store.get_or_none(CONTROLLER_EPOCH)
+            if found is None:
+                try:
+                    await self.store.create(CONTROLLER_EPOCH, b"1")
+                    return 1
+                except NodeExistsError:
+                    continue
+            data, version = found
+            epoch = int(data or b"0") + 1
+            try:
+                await self.store.set(CONTROLLER_EPOCH, str(epoch).encode(), version)
+                return epoch
+            except BadVersionError:
+                continue
+
+    async def _step(self) -> None:
+        """One round: registration and election (both idempotent), read the store, reconcile if
+        controller, then apply to this broker."""
+        async with self._step_lock:
+            await self._step_locked()
+
+    async def _step_locked(self) -> None:
+        if await self.store.exists(f"{BROKER_IDS}/{self.node_id}") is None and not self._stopping:
+            await self._register()
+        await self._elect()
+        view = await read_cluster(self.store)
+        if self.is_controller:
+            if await self._reconcile(view):
+                view = await read_cluster(self.store)
+        added = False
+        for name, record in view.topics.items():
+            added |= await self._watch(topic_path(name))
+            added |= await self._watch(f"{CONFIG_TOPICS}/{name}")
+            for partition in record.assignment:
+                added |= await self._watch(state_path(name, partition))
+        if added:
+            self._nudge.set()  # a change between the read and the new watches must not be missed
+        self.view = view
+        self.cache.update_from(view)
+        await self._apply(view)
+        self._synced.set()
+        self._synced = trio.Event()
+
+    async def wait_for_sync(self) -> None:
+        """Wait until the next full sync has completed."""
+        await self._synced.wait()
+
+    async def refresh(self) -> None:
+        """Sync now (after a write of ours, so the answer reflects it)."""
+        await self._step()
+
+    # ---- the controller's reconciliation -------------------------------------------------------
+
+    def _unclean_allowed(self, record: TopicRecord) -> bool:
+        value = record.configs.get("unclean.leader.election.enable")
+        if value is None:
+            return bool(self.broker.config.unclean_leader_election_enable)
+        return value.strip().lower() == "true"
+
+    async def _reconcile(self, view: ClusterView) -> bool:
+        changed = False
+        for name in sorted(view.deleting):
+            await self._delete_topic_now(name)
+            changed = True
+        alive = set(view.brokers)
+        for name, record in view.topics.items():
+            if name in view.deleting:
+                continue
+            for partition, replicas in sorted(record.assignment.items()):
+                raw = view.raw_states.get((name, partition))
+                if raw is None:
+                    live = [r for r in replicas if r in alive and r not in view.shutting_down]
+                    if not live:
+                        continue
+                    payload = {"version": 1, "leader": live[0], "leader_epoch": 0, "isr": live,
+                               "controller_epoch": self.controller_epoch}
+                    try:
+                        await self.store.create(state_path(name, partition), encode_json(payload))
+                        changed = True
+                    except NodeExistsError:
+                        changed = True
+                    continue
+                state = view.state(name, partition)
+                assert state is not None
+                decision = decide_state(state, alive, view.shutting_down, self._unclean_allowed(record))
+                if decision is None:
+                    continue
+                leader, isr = decision
+                if await self._write_state(state, raw[0], leader, isr):
+                    changed = True
+        return changed
+
+    async def _write_state(self, state: PartitionState, raw: dict, leader: int, isr: list[int]) -> bool:
+        epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
+        payload = dict(raw, leader=leader, leader_epoch=epoch, isr=list(isr), controller_epoch=self.controller_epoch)
+        try:
+            await self.store.set(state_path(state.topic, state.partition), encode_json(payload), state.partition_epoch)
+        except (BadVersionError, NoNodeError):
+            self._nudge.set()  # somebody wrote first: re-read and decide again
+            return False
+        if leader != state.leader:
+            log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", state.topic, state.partition,
+                     state.leader, leader, epoch, isr)
+        return True
+
+    async def _delete_topic_now(self, name: str) -> None:
+        for path in (topic_path(name), f"{CONFIG_TOPICS}/{name}", f"{DELETE_TOPICS}/{name}"):
+            try:
+                await self.store.delete(path, recursive=True)
+            except NoNodeError:
+                pass
+        log.info("Deleted topic %s", name)
+
+    # ---- applying the view to this broker ------------------------------------------------------
+
+    async def _apply(self, view: ClusterView) -> None:
+        hosted: set[tuple[str, int]] = set()
+        for state in list(self.cache.states.values()):
+            if self.node_id not in state.replicas:
+                continue
+            key = (state.topic, state.partition)
+            hosted.add(key)
+            if self._applied.get(key) == state:
+                continue
+            self._applied[key] = state
+            try:
+                await self.broker.apply_partition_state(state)
+            except Exception:
+                log.exception("Applying %s-%d failed", state.topic, state.partition)
+                self._applied.pop(key, None)
+        for key in [k for k in self._applied if k not in hosted]:
+            del self._applied[key]
+            topic, partition = key
+            await self.broker.remove_partition(topic, partition)
+        for topic in self.cache.by_name.values():
+            self.broker.refresh_topic_config(topic)
+
+    # ---- requests from brokers and admin APIs --------------------------------------------------
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        return dict(self.cache.brokers)
+
+    def _rack_map(self) -> dict[int, str | None]:
+        return {b: info.rack for b, info in self.cache.brokers.items()}
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+        if await self.store.exists(f"{DELETE_TOPICS}/{name}") is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
+        if assignment is None:
+            assignment = assign_replicas(self._rack_map(), partitions, replication_factor)
+        topic_id = uuid.uuid4()
+        await self._write_config(name, configs)
+        payload = {"version": 3, "partitions": {str(p): list(r) for p, r in sorted(assignment.items())},
+                   "topic_id": encode_topic_id(topic_id), "adding_replicas": {}, "removing_replicas": {}}
+        try:
+            await self.store.create(topic_path(name), encode_json(payload))
+        except NodeExistsError:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
+        log.info("Created topic %s (%d partitions, assignment %s)", name, len(assignment), assignment)
+        await self._wait_until(lambda: all(self.cache.partition_state(name, p) for p in assignment))
+        return self.cache.get(name) or TopicInfo(name, topic_id, len(assignment), replication_factor, dict(configs))
+
+    async def _write_config(self, name: str, configs: dict[str, str]) -> None:
+        data = encode_json({"version": 1, "config": dict(configs)})
+        path = f"{CONFIG_TOPICS}/{name}"
+        try:
+            await self.store.create(path, data)
+        except NodeExistsError:
+            await self.store.set(path, data)
+
+    async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await self._write_config(name, configs)
+
+    async def delete_topic(self, name: str) -> None:
+        try:
+            await self.store.create(f"{DELETE_TOPICS}/{name}", b"")
+        except NodeExistsError:
+            pass
+        await self._wait_until(lambda: self.cache.get(name) is None)
+
+    async def add_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> None:
+        found = await self.store.get_json(topic_path(name))
+        if found is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+        data, version = found
+        existing = {int(p): list(r) for p, r in data["partitions"].items()}
+        current = len(existing)
+        if assignment is None:
+            rf = len(existing[0])
+            ordered = sorted(self.cache.brokers)
+            first = existing[0][0]
+            start = ordered.index(first) if first in ordered else -1
+            new = assign_replicas(self._rack_map(), total - current, rf, start_index=start,
+                                  start_partition=current)
+        else:
+            new = {current + i: list(r) for i, r in enumerate(assignment)}
+        data["partitions"] = {str(p): r for p, r in sorted({**existing, **new}.items())}
+        try:
+            await self.store.set(topic_path(name), encode_json(data), version)
+        except BadVersionError:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             "The topic changed concurrently; retry.") from None
+        await self._wait_until(lambda: all(self.cache.partition_state(name, p) for p in range(total)))
+
+    async def _wait_until(self, predicate, timeout: float = 10.0) -> bool:
+        with trio.move_on_after(timeout):
+            while True:
+                await self._step()
+                if predicate():
+                    return True
+                self._nudge.set()
+                await trio.sleep(0.02)
+        return False
+
+    async def alter_partition(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: list[int] | tuple[int, ...]) -> PartitionState:
+        """A leader's ISR change, compare-and-set on the partition epoch (Kafka's AlterPartition;
+        in ZooKeeper mode leaders wrote the ISR the same way, conditioned on the znode version)."""
+        path = state_path(topic, partition)
+        found = await self.store.get_json(path)
+        record = self.cache.by_name.get(topic)
+        if found is None or record is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} has no state")
+        data, version = found
+        if int(data["leader"]) != self.node_id:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"{topic}-{partition}: leader is {data['leader']}, not {self.node_id}")
+        current_epoch = int(data["leader_epoch"])
+        if leader_epoch < current_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                             f"{topic}-{partition}: leader epoch {leader_epoch} < {current_epoch}")
+        if leader_epoch > current_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                             f"{topic}-{partition}: leader epoch {leader_epoch} > {current_epoch}")
+        if partition_epoch != version:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"{topic}-{partition}: partition epoch {partition_epoch}, store has {version}")
+        view_state = self.view.state(topic, partition)
+        replicas = view_state.replicas if view_state else ()
+        isr = [int(r) for r in new_isr]
+        if self.node_id not in isr or any(r not in replicas for r in isr):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{topic}-{partition}: bad ISR {isr} for replicas {replicas}")
+        added = set(isr) - {int(r) for r in data["isr"]}
+        ineligible = [r for r in added if r not in self.cache.brokers or r in self.cache.shutting_down]
+        if ineligible:
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"{topic}-{partition}: replicas {ineligible} are not eligible")
+        payload = dict(data, isr=isr)
+        try:
+            new_version = await self.store.set(path, encode_json(payload), version)
+        except BadVersionError:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"{topic}-{partition}: changed concurrently") from None
+        except NoNodeError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} was deleted") from None
+        return PartitionState(topic, partition, tuple(replicas), tuple(isr), self.node_id, current_epoch, new_version,
+                              tuple(r for r in replicas if r not in self.cache.brokers))
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
+                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """ElectLeaders: 0 = preferred (the first replica, when alive and in the ISR), 1 = unclean
+        (only for partitions with no leader: any live replica). Written by compare-and-set, as the
+        controller would; returns per partition (error code, message)."""
+        await self.refresh()
+        if partitions is None:
+            partitions = [(s.topic, s.partition) for s in self.cache.states.values()]
+        alive = set(self.cache.brokers) - self.cache.shutting_down
+        results: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for topic, partition in partitions:
+            state = self.view.state(topic, partition)
+            if state is None or topic not in self.cache.by_name:
+                results[(topic, partition)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                continue
+            if election_type == 0:
+                preferred = state.replicas[0]
+                if state.leader == preferred:
+                    results[(topic, partition)] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                    continue
+                if preferred not in alive or preferred not in state.isr:
+                    results[(topic, partition)] = (ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                                                   f"Failed to elect leader for partition {topic}-{partition} under strategy PreferredReplicaPartitionLeaderElectionStrategy")
+                    continue
+                leader, isr = preferred, list(state.isr)
+            else:
+                if state.leader in alive:
+                    results[(topic, partition)] = (ErrorCode.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition.")
+                    continue
+                live = [r for r in state.replicas if r in alive]
+                in_isr = [r for r in live if r in state.isr]
+                if in_isr:
+                    leader, isr = in_isr[0], [r for r in state.isr if r in alive]
+                elif live:
+                    leader, isr = live[0], [live[0]]
+                else:
+                    results[(topic, partition)] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
+                                                   f"Failed to elect leader for partition {topic}-{partition} under strategy UncleanPartitionLeaderElectionStrategy")
+                    continue
+            raw = self.view.raw_states[(topic, partition)][0]
+            if await self._write_state(state, raw, leader, isr):
+                results[(topic, partition)] = (ErrorCode.NONE, None)
+            else:
+                results[(topic, partition)] = (ErrorCode.NOT_CONTROLLER, "The partition changed concurrently; retry.")
+        await self.refresh()
+        return results
+
+    async def controlled_shutdown(self, timeout: float = 30.0) -> bool:
+        """Ask the controller to move leadership away (Kafka's ControlledShutdown): mark this
+        broker as shutting down, then wait until it leads no partition another ISR member could
+        lead. True when done within the timeout."""
+        self._stopping = True
+        try:
+            await self.store.create(f"{SHUTTING_DOWN}/{self.node_id}", b"", ephemeral=True)
+        except NodeExistsError:
+            pass
+
+        def done() -> bool:
+            alive = set(self.cache.brokers) - self.cache.shutting_down
+            for state in self.cache.states.values():
+                if state.leader == self.node_id and any(r in alive for r in state.isr if r != self.node_id):
+                    return False
+            return True
+
+        finished = await self._wait_until(done, timeout)
+        log.info("Controlled shutdown of broker %d %s", self.node_id, "complete" if finished else "timed out")
+        return finished
+
+    async def close(self) -> None:
+        await self.store.close()

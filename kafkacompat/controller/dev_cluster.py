@@ -1,0 +1,98 @@
+"""N brokers in one Trio process sharing one embedded metadata store (``kafkacompat
+dev-cluster``, and in-process cluster tests). Each broker has its own data dir and listens on its
+own port; replication between them goes over real sockets, as between processes.
+
+The store's persistent nodes are saved in ``<data-dir>/metadata-store.json``, so a restarted
+dev-cluster keeps its topics; each broker's data lives in ``<data-dir>/broker-<id>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Mapping
+
+import trio
+
+from kafkacompat.broker import Broker, serve, shutdown_broker
+from kafkacompat.config import BrokerConfig
+from kafkacompat.controller.store import EmbeddedStore, EmbeddedTree
+
+log = logging.getLogger("kafkacompat.dev_cluster")
+
+STORE_FILE = "metadata-store.json"
+
+
+class InProcessCluster:
+    """Start, stop and kill brokers sharing one EmbeddedTree, each in its own cancel scope."""
+
+    def __init__(self, nursery: trio.Nursery, data_dir: Path, *, host: str = "127.0.0.1",
+                 overrides: Mapping[str, str] | None = None, persist: bool = True,
+                 zookeeper_connect: str | None = None) -> None:
+        self.nursery = nursery
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.host = host
+        self.overrides = dict(overrides or {})
+        # With zookeeper_connect the brokers use ZooKeeper instead of the shared embedded store.
+        self.zookeeper_connect = zookeeper_connect
+        self.tree = EmbeddedTree(self.data_dir / STORE_FILE if persist else None)
+        self.brokers: dict[int, Broker] = {}
+        self._scopes: dict[int, trio.CancelScope] = {}
+        self._done: dict[int, trio.Event] = {}
+
+    def config(self, broker_id: int, port: int, rack: str | None = None) -> BrokerConfig:
+        overrides = dict(self.overrides)
+        if rack is not None:
+            overrides["broker.rack"] = rack
+        if self.zookeeper_connect:
+            overrides["zookeeper.connect"] = self.zookeeper_connect
+        return BrokerConfig.load(None, overrides, host=self.host, port=port,
+                                 data_dir=self.data_dir / f"broker-{broker_id}", broker_id=broker_id)
+
+    async def start_broker(self, broker_id: int, port: int = 0, rack: str | None = None) -> Broker:
+        store = None if self.zookeeper_connect else EmbeddedStore(self.tree)
+        broker = Broker(self.config(broker_id, port, rack), store=store)
+        scope = trio.CancelScope()
+        done = trio.Event()
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                with scope:
+                    await serve(broker, task_status=task_status)
+            finally:
+                done.set()
+
+        await self.nursery.start(run)
+        self.brokers[broker_id] = broker
+        self._scopes[broker_id] = scope
+        self._done[broker_id] = done
+        return broker
+
+    async def stop_broker(self, broker_id: int, *, controlled: bool = True) -> None:
+        """Stop a broker: with controlled shutdown (leaders moved first) or abruptly (its session
+        ends at once, as a crashed broker's would after the session timeout)."""
+        broker = self.brokers.pop(broker_id)
+        scope = self._scopes.pop(broker_id)
+        if controlled:
+            await shutdown_broker(broker, scope)
+        else:
+            scope.cancel()
+        await self._done.pop(broker_id).wait()
+
+    async def stop_all(self) -> None:
+        for broker_id in list(self.brokers):
+            await self.stop_broker(broker_id, controlled=False)
+
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.host}:{b.port}" for _, b in sorted(self.brokers.items()))
+
+
+async def run_dev_cluster(count: int, first_port: int, data_dir: Path, *, host: str = "127.0.0.1",
+                          overrides: Mapping[str, str] | None = None,
+                          task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = InProcessCluster(nursery, data_dir, host=host, overrides=overrides)
+        for index in range(count):
+            await cluster.start_broker(index, first_port + index if first_port else 0)
+        task_status.started(cluster)

@@ -1,0 +1,422 @@
+"""The metadata store: a small tree of versioned nodes (ZooKeeper's model), the one interface
+the controller and the brokers' metadata sync run on.
+
+Two implementations: ``EmbeddedStore`` (this module; in-process, for the single-node default and
+for in-process clusters such as ``dev-cluster``) and ``ZooKeeperStore`` (``zookeeper.py``, over
+kazoo). Every operation is an ``async`` method; watches call a plain callback on the Trio thread
+that registered them (scheduled with ``run_sync_soon``, never from inside a store operation), so
+consumers nudge an event and re-read (level-triggered: a missed or merged notification is harmless).
+
+Node versions are ZooKeeper's ``version`` (0 at creation, +1 on every set): compare-and-set
+passes the version read; a mismatch raises ``BadVersionError``.
+
+Each ``EmbeddedStore`` object is one *session* over a shared ``EmbeddedTree``: ephemeral nodes
+belong to the session and vanish when it closes or expires (``expire_session()`` simulates a
+ZooKeeper session expiry in tests; the session then continues as a new one, as kazoo reconnects).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import trio
+
+log = logging.getLogger("kafkacompat.store")
+
+
+class StoreError(Exception):
+    pass
+
+
+class NoNodeError(StoreError):
+    pass
+
+
+class NodeExistsError(StoreError):
+    pass
+
+
+class BadVersionError(StoreError):
+    pass
+
+
+class NotEmptyError(StoreError):
+    pass
+
+
+class Watch:
+    """A registered watch; ``cancel()`` stops its callbacks."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class MetadataStore(ABC):
+    """Paths are absolute, '/'-separated, without a trailing slash. Data is bytes."""
+
+    @abstractmethod
+    async def get(self, path: str) -> tuple[bytes, int]:
+        """(data, version); raises NoNodeError."""
+
+    @abstractmethod
+    async def exists(self, path: str) -> int | None:
+        """The node's version, or None when it does not exist."""
+
+    @abstractmethod
+    async def children(self, path: str) -> list[str]:
+        """Child names, sorted; raises NoNodeError."""
+
+    @abstractmethod
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     sequential: bool = False, makepath: bool = True) -> str:
+        """Create a node (parents too with makepath, as persistent nodes); returns its path (with the
+        10-digit suffix for a sequential node). Raises NodeExistsError."""
+
+    @abstractmethod
+    async def set(self, path: str, data: bytes, version: int = -1) -> int:
+        """Compare-and-set: write when the version matches (-1: any); returns the new version.
+        Raises NoNodeError, BadVersionError."""
+
+    @abstractmethod
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        """Raises NoNodeError, BadVersionError, NotEmptyError (children, not recursive)."""
+
+    @abstractmethod
+    async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
+        """Call ``callback()`` on this Trio thread whenever the node's data (or, with children=True,
+        its list of children) changes, it is created or deleted, and after a session loss.
+        Persistent until cancelled. The callback must not block: nudge and re-read."""
+
+    @abstractmethod
+    def add_session_listener(self, callback: Callable[[], None]) -> None:
+        """``callback()`` on the Trio thread after this session expired (its ephemerals are gone)."""
+
+    @property
+    @abstractmethod
+    def session_id(self) -> int:
+        """The current session; ``ephemeral_owner`` of the nodes it created."""
+
+    @abstractmethod
+    async def ephemeral_owner(self, path: str) -> int | None:
+        """The session owning an ephemeral node, None for a persistent one; raises NoNodeError."""
+
+    async def close(self) -> None:
+        """End the session (its ephemeral nodes go)."""
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    async def get_or_none(self, path: str) -> tuple[bytes, int] | None:
+        try:
+            return await self.get(path)
+        except NoNodeError:
+            return None
+
+    async def get_json(self, path: str) -> tuple[dict, int] | None:
+        found = await self.get_or_none(path)
+        if found is None:
+            return None
+        data, version = found
+        return (json.loads(data) if data else {}), version
+
+    async def children_or_empty(self, path: str) -> list[str]:
+        try:
+            return await self.children(path)
+        except NoNodeError:
+            return []
+
+    async def ensure_path(self, path: str) -> None:
+        try:
+            await self.create(path, b"", makepath=True)
+        except NodeExistsError:
+            pass
+
+
+def encode_json(value: dict) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _parent(path: str) -> str:
+    parent = path.rsplit("/", 1)[0]
+    return parent or "/"
+
+
+def _check_path(path: str) -> None:
+    if not path.startswith("/") or (path != "/" and path.endswith("/")) or "//" in path:
+        raise ValueError(f"bad store path {path!r}")
+
+
+@dataclass
+class _Node:
+    data: bytes
+    version: int = 0
+    owner: int | None = None                      # session id for ephemeral nodes
+    children: set[str] = field(default_factory=set)
+    cversion: int = 0                             # sequential-node counter
+
+
+class EmbeddedTree:
+    """The shared node tree behind EmbeddedStore sessions; thread-safe (one lock). With a path,
+    persistent nodes are saved there as JSON after every change (atomically), so the single node
+    and dev-cluster keep their topics across restarts; ephemeral nodes never are."""
+
+    def __init__(self, persist_path: Path | None = None) -> None:
+        self._lock = threading.RLock()
+        self._nodes: dict[str, _Node] = {"/": _Node(b"")}
+        self._watches: list[tuple[str, bool, Watch, Callable[[], None], object]] = []
+        self._session_ids = itertools.count(1)
+        self.persist_path = Path(persist_path) if persist_path else None
+        if self.persist_path is not None and self.persist_path.exists():
+            self._load()
+
+    # persistence ---------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        assert self.persist_path is not None
+        try:
+            entries = json.loads(self.persist_path.read_text())["nodes"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise RuntimeError(f"cannot read the metadata store {self.persist_path}: {exc}") from exc
+        for path in sorted(entries, key=lambda p: p.count("/")):
+            entry = entries[path]
+            if path == "/":
+                continue
+            self._nodes[path] = _Node(entry["data"].encode("latin-1"), entry["version"], None, set(),
+                                      entry.get("cversion", 0))
+            self._nodes[_parent(path)].children.add(path.rsplit("/", 1)[1])
+
+    def _save(self) -> None:
+        if self.persist_path is None:
+            return
+        entries = {
+            path: {"data": node.data.decode("latin-1"), "version": node.version, "cversion": node.cversion}
+            for path, node in self._nodes.items() if node.owner is None
+        }
+        tmp = self.persist_path.with_name(self.persist_path.name + ".tmp")
+        with open(tmp, "w") as handle:
+            json.dump({"version": 1, "nodes": entries}, handle, separators=(",", ":"))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.persist_path)
+
+    # sessions --------------------------------------------------------------------------------------
+
+    def new_session_id(self) -> int:
+        with self._lock:
+            return next(self._session_ids)
+
+    def drop_session(self, session_id: int) -> None:
+        with self._lock:
+            owned = [path for path, node in self._nodes.items() if node.owner == session_id]
+            fired: list[str] = []
+            for path in sorted(owned, key=lambda p: -p.count("/")):
+                if path in self._nodes and not self._nodes[path].children:
+                    self._remove(path)
+                    fired.append(path)
+            self._fire(fired, changed_children={_parent(p) for p in fired})
+
+    # operations (synchronous; the session wraps them as async) -----------------------------------
+
+    def get(self, path: str) -> tuple[bytes, int]:
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is None:
+                raise NoNodeError(path)
+            return node.data, node.version
+
+    def owner(self, path: str) -> int | None:
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is None:
+                raise NoNodeError(path)
+            return node.owner
+
+    def exists(self, path: str) -> int | None:
+        with self._lock:
+            node = self._nodes.get(path)
+            return None if node is None else node.version
+
+    def children(self, path: str) -> list[str]:
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is None:
+                raise NoNodeError(path)
+            return sorted(node.children)
+
+    def create(self, path: str, data: bytes, owner: int | None, sequential: bool, makepath: bool) -> str:
+        _check_path(path)
+        with self._lock:
+            parent_path = _parent(path)
+            created: list[str] = []
+            if parent_path not in self._nodes:
+                if not makepath:
+                    raise NoNodeError(parent_path)
+                missing = []
+                walk = parent_path
+                while walk not in self._nodes:
+                    missing.append(walk)
+                    walk = _parent(walk)
+                for ancestor in reversed(missing):
+                    self._nodes[ancestor] = _Node(b"")
+                    self._nodes[_parent(ancestor)].children.add(ancestor.rsplit("/", 1)[1])
+                    created.append(ancestor)
+            parent = self._nodes[parent_path]
+            if parent.owner is not None:
+                raise StoreError(f"ephemeral node {parent_path} cannot have children")
+            if sequential:
+                path = f"{path}{parent.cversion:010d}"
+            if path in self._nodes:
+                raise NodeExistsError(path)
+            parent.cversion += 1
+            self._nodes[path] = _Node(bytes(data), 0, owner)
+            parent.children.add(path.rsplit("/", 1)[1])
+            created.append(path)
+            if owner is None or len(created) > 1:
+                self._save()
+            self._fire(created, changed_children={_parent(p) for p in created})
+            return path
+
+    def set(self, path: str, data: bytes, version: int) -> int:
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is None:
+                raise NoNodeError(path)
+            if version != -1 and version != node.version:
+                raise BadVersionError(f"{path}: version {node.version}, expected {version}")
+            node.data = bytes(data)
+            node.version += 1
+            if node.owner is None:
+                self._save()
+            self._fire([path], changed_children=set())
+            return node.version
+
+    def delete(self, path: str, version: int, recursive: bool) -> None:
+        with self._lock:
+            node = self._nodes.get(path)
+            if node is None or path == "/":
+                raise NoNodeError(path)
+            if version != -1 and version != node.version:
+                raise BadVersionError(f"{path}: version {node.version}, expected {version}")
+            if node.children and not recursive:
+                raise NotEmptyError(path)
+            removed = [p for p in self._nodes if p == path or p.startswith(path + "/")]
+            for p in sorted(removed, key=lambda p: -p.count("/")):
+                self._remove(p)
+            self._save()
+            self._fire(removed, changed_children={_parent(p) for p in removed})
+
+    def _remove(self, path: str) -> None:
+        del self._nodes[path]
+        parent = self._nodes.get(_parent(path))
+        if parent is not None:
+            parent.children.discard(path.rsplit("/", 1)[1])
+
+    # watches ------------------------------------------------------------------------------------
+
+    def add_watch(self, path: str, children: bool, watch: Watch, callback: Callable[[], None], token) -> None:
+        with self._lock:
+            self._watches = [w for w in self._watches if not w[2].cancelled]
+            self._watches.append((path, children, watch, callback, token))
+
+    def _fire(self, data_paths: list[str], changed_children: set[str]) -> None:
+        touched = set(data_paths)
+        for path, children, watch, callback, token in self._watches:
+            if watch.cancelled:
+                continue
+            # A children watch fires when the children change and when the node itself comes or goes.
+            if path in touched or (children and path in changed_children):
+                _call_soon(token, watch, callback)
+
+
+def _call_soon(token, watch: Watch, callback: Callable[[], None]) -> None:
+    def run() -> None:
+        if not watch.cancelled:
+            try:
+                callback()
+            except Exception:  # a watcher's bug must not break the store
+                log.exception("metadata store watch callback failed")
+
+    try:
+        token.run_sync_soon(run)
+    except trio.RunFinishedError:
+        watch.cancel()
+
+
+class EmbeddedStore(MetadataStore):
+    """One session over an EmbeddedTree (a new private tree when none is given)."""
+
+    def __init__(self, tree: EmbeddedTree | None = None) -> None:
+        self.tree = tree if tree is not None else EmbeddedTree()
+        self._session_id = self.tree.new_session_id()
+        self._session_listeners: list[tuple[Callable[[], None], object]] = []
+        self._closed = False
+
+    @property
+    def session_id(self) -> int:
+        return self._session_id
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the store session is closed")
+
+    async def get(self, path: str) -> tuple[bytes, int]:
+        self._check_open()
+        return self.tree.get(path)
+
+    async def exists(self, path: str) -> int | None:
+        self._check_open()
+        return self.tree.exists(path)
+
+    async def children(self, path: str) -> list[str]:
+        self._check_open()
+        return self.tree.children(path)
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     sequential: bool = False, makepath: bool = True) -> str:
+        self._check_open()
+        return self.tree.create(path, data, self._session_id if ephemeral else None, sequential, makepath)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> int:
+        self._check_open()
+        return self.tree.set(path, data, version)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        self._check_open()
+        self.tree.delete(path, version, recursive)
+
+    async def ephemeral_owner(self, path: str) -> int | None:
+        self._check_open()
+        return self.tree.owner(path)
+
+    async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
+        self._check_open()
+        watch = Watch()
+        self.tree.add_watch(path, children, watch, callback, trio.lowlevel.current_trio_token())
+        return watch
+
+    def add_session_listener(self, callback: Callable[[], None]) -> None:
+        self._session_listeners.append((callback, trio.lowlevel.current_trio_token()))
+
+    def expire_session(self) -> None:
+        """As a ZooKeeper session expiry: the ephemerals go, listeners hear of it, and the store
+        carries on under a new session id."""
+        old = self._session_id
+        self._session_id = self.tree.new_session_id()
+        self.tree.drop_session(old)
+        for callback, token in self._session_listeners:
+            _call_soon(token, Watch(), callback)
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.tree.drop_session(self._session_id)

@@ -1,0 +1,183 @@
+"""ZooKeeperStore: the MetadataStore over a real ZooKeeper, through kazoo (imported lazily: only
+``--zookeeper`` / ``zookeeper.connect`` pays for it).
+
+kazoo is threaded: every blocking call runs in a Trio worker thread (``trio.to_thread``), and
+kazoo's watch and connection-state callbacks (on kazoo's own threads) are handed to the Trio
+loop with the loop's token (``run_sync_soon``). The event loop never blocks on ZooKeeper.
+
+A chroot (``host:port/kafka``) is handled by kazoo: every path here is relative to it, and the
+chroot node is created at start if missing (as Kafka does).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import trio
+
+from kafkacompat.controller.store import (
+    BadVersionError,
+    MetadataStore,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    StoreError,
+    Watch,
+    _call_soon,
+)
+
+log = logging.getLogger("kafkacompat.zookeeper")
+
+
+def _translate(exc: Exception) -> Exception:
+    from kazoo import exceptions as kz
+
+    if isinstance(exc, kz.NoNodeError):
+        return NoNodeError(str(exc))
+    if isinstance(exc, kz.NodeExistsError):
+        return NodeExistsError(str(exc))
+    if isinstance(exc, kz.BadVersionError):
+        return BadVersionError(str(exc))
+    if isinstance(exc, kz.NotEmptyError):
+        return NotEmptyError(str(exc))
+    return StoreError(f"{type(exc).__name__}: {exc}")
+
+
+class ZooKeeperStore(MetadataStore):
+    def __init__(self, connect: str, *, session_timeout_ms: int = 18000,
+                 connection_timeout_ms: int | None = None) -> None:
+        self.connect = connect
+        self.session_timeout_ms = session_timeout_ms
+        self.connection_timeout_ms = connection_timeout_ms or session_timeout_ms
+        self.client = None
+        self._token = None
+        self._session_listeners: list[Callable[[], None]] = []
+        self._watches: list[object] = []
+
+    async def start(self) -> "ZooKeeperStore":
+        from kazoo.client import KazooClient
+
+        hosts, _, chroot = self.connect.partition("/")
+        self._token = trio.lowlevel.current_trio_token()
+        if chroot:
+            # Create the chroot with a client outside it, as Kafka's ZooKeeper client does.
+            await trio.to_thread.run_sync(self._ensure_chroot, hosts, "/" + chroot)
+        self.client = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000)
+        self.client.add_listener(self._state_changed)
+        try:
+            await trio.to_thread.run_sync(lambda: self.client.start(timeout=self.connection_timeout_ms / 1000))
+        except Exception as exc:
+            raise StoreError(f"cannot connect to ZooKeeper at {self.connect}: {exc}") from exc
+        log.info("Connected to ZooKeeper at %s (session 0x%x)", self.connect, self.session_id)
+        return self
+
+    def _ensure_chroot(self, hosts: str, chroot: str) -> None:
+        from kazoo.client import KazooClient
+
+        client = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        client.start(timeout=self.connection_timeout_ms / 1000)
+        try:
+            client.ensure_path(chroot)
+        finally:
+            client.stop()
+            client.close()
+
+    def _state_changed(self, state) -> None:
+        from kazoo.protocol.states import KazooState
+
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost")
+            for callback in self._session_listeners:
+                _call_soon(self._token, Watch(), callback)
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection suspended")
+
+    @property
+    def session_id(self) -> int:
+        if self.client is None:
+            return 0
+        session = self.client.client_id
+        return session[0] if session else 0
+
+    async def _run(self, fn, *args, **kwargs):
+        try:
+            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+        except StoreError:
+            raise
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    async def get(self, path: str) -> tuple[bytes, int]:
+        data, stat = await self._run(self.client.get, path)
+        return data or b"", stat.version
+
+    async def exists(self, path: str) -> int | None:
+        stat = await self._run(self.client.exists, path)
+        return None if stat is None else stat.version
+
+    async def children(self, path: str) -> list[str]:
+        return sorted(await self._run(self.client.get_children, path))
+
+    async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
+                     sequential: bool = False, makepath: bool = True) -> str:
+        return await self._run(self.client.create, path, bytes(data), ephemeral=ephemeral,
+                               sequence=sequential, makepath=makepath)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> int:
+        stat = await self._run(self.client.set, path, bytes(data), version=version)
+        return stat.version
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        await self._run(self.client.delete, path, version=version, recursive=recursive)
+
+    async def ephemeral_owner(self, path: str) -> int | None:
+        data, stat = await self._run(self.client.get, path)
+        return stat.ephemeralOwner or None
+
+    async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
+        """kazoo's DataWatch / ChildrenWatch re-register themselves after every event and after a
+        reconnection; each event is forwarded to the Trio loop. A ChildrenWatch needs the node to
+        exist, so it is created first (empty, persistent)."""
+        watch = Watch()
+        token = self._token
+
+        def forward(*_args) -> bool | None:
+            if watch.cancelled:
+                return False  # tells kazoo to stop watching
+            _call_soon(token, watch, callback)
+            return None
+
+        def register() -> None:
+            if children:
+                self.client.ensure_path(path)
+                handle = self.client.ChildrenWatch(path, forward, send_event=True)
+            else:
+                handle = self.client.DataWatch(path, forward)
+            self._watches.append(handle)
+
+        await self._run(register)
+        return watch
+
+    def add_session_listener(self, callback: Callable[[], None]) -> None:
+        self._session_listeners.append(callback)
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            def stop() -> None:
+                client.stop()
+                client.close()
+
+            await trio.to_thread.run_sync(stop)
+
+    def expire_session_for_tests(self) -> None:
+        """Force a real session expiry (tests): kazoo's client closes its socket; a second client
+        with the same session id and password closing it makes the server expire it."""
+        from kazoo.client import KazooClient
+
+        session_id, password = self.client.client_id
+        other = KazooClient(hosts=self.connect.partition("/")[0], client_id=(session_id, password))
+        other.start(timeout=10)
+        other.stop()
+        other.close()

@@ -1,0 +1,105 @@
+"""ElectLeaders (preferred or unclean leader election, KIP-460) and DescribeLogDirs.
+
+ElectLeaders goes through the controller's compare-and-set on the partition states (any broker
+can take it, as Kafka forwards it to the controller). On a single node the only replica always
+leads, so every election is ELECTION_NOT_NEEDED. A null partition list means every partition;
+then, as Kafka, partitions that needed no election are left out of the answer.
+
+DescribeLogDirs: this broker's one log directory with the size of every hosted partition's
+segments and its offset lag (log end offset - high watermark), plus the volume's total and usable
+bytes (v4).
+"""
+
+from __future__ import annotations
+
+import os
+
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode
+
+DESCRIBE_LOG_DIRS = 35
+ELECT_LEADERS = 43
+
+PREFERRED = 0
+UNCLEAN = 1
+NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+def _requested_partitions(request) -> list[tuple[str, int]] | None:
+    if request.topic_partitions is None:
+        return None
+    return [(entry.topic, int(p)) for entry in request.topic_partitions for p in entry.partitions]
+
+
+async def _elect_single_node(ctx: RequestContext, election_type: int, wanted: list[tuple[str, int]] | None):
+    broker = ctx.broker
+    if wanted is None:
+        wanted = [key for key in broker.partitions]
+    results = {}
+    for topic, index in wanted:
+        if broker.partition(topic, index) is None:
+            results[(topic, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+        else:
+            results[(topic, index)] = (ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
+    return results
+
+
+@handles(ELECT_LEADERS, 0, 2)
+async def handle_elect_leaders(request, ctx: RequestContext):
+    cls = response_class(ELECT_LEADERS)
+    result_cls = cls.ReplicaElectionResult
+    partition_cls = result_cls.PartitionResult
+    election_type = request.election_type if ctx.version >= 1 else PREFERRED
+    if election_type not in (PREFERRED, UNCLEAN):
+        return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
+                            replica_election_results=[])
+    wanted = _requested_partitions(request)
+    cluster = getattr(ctx.broker, "cluster", None)
+    if cluster is None:
+        results = await _elect_single_node(ctx, election_type, wanted)
+    else:
+        results = await cluster.elect_leaders(election_type, wanted)
+    by_topic: dict[str, list] = {}
+    for (topic, index), (code, message) in results.items():
+        if wanted is None and code == ErrorCode.ELECTION_NOT_NEEDED:
+            continue
+        by_topic.setdefault(topic, []).append(partition_cls(partition_id=index, error_code=code, error_message=message))
+    return response_for(
+        ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE,
+        replica_election_results=[result_cls(topic=t, partition_result=ps) for t, ps in by_topic.items()],
+    )
+
+
+@handles(DESCRIBE_LOG_DIRS, 0, 4)
+async def handle_describe_log_dirs(request, ctx: RequestContext):
+    cls = response_class(DESCRIBE_LOG_DIRS)
+    result_cls = cls.DescribeLogDirsResult
+    topic_cls = result_cls.DescribeLogDirsTopic
+    partition_cls = topic_cls.DescribeLogDirsPartition
+    broker = ctx.broker
+    if request.topics is None:
+        wanted = sorted(broker.partitions)
+    else:
+        wanted = [(entry.topic, int(p)) for entry in request.topics for p in entry.partitions]
+    by_topic: dict[str, list] = {}
+    for topic, index in wanted:
+        partition = broker.partition(topic, index)
+        if partition is None:
+            continue  # Kafka leaves out partitions this broker does not host
+        lag = max(0, partition.log_end_offset - partition.high_watermark)
+        by_topic.setdefault(topic, []).append(partition_cls(
+            partition_index=index, partition_size=partition.log.size_bytes, offset_lag=lag, is_future_key=False,
+        ))
+    log_dir = str(broker.data_dir.resolve())
+    try:
+        stat = os.statvfs(log_dir)
+        total, usable = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+    except OSError:
+        total = usable = -1
+    result = result_cls(
+        error_code=ErrorCode.NONE, log_dir=log_dir,
+        topics=[topic_cls(name=t, partitions=ps) for t, ps in sorted(by_topic.items())],
+        total_bytes=total, usable_bytes=usable,
+    )
+    return response_for(DESCRIBE_LOG_DIRS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])

@@ -1,0 +1,76 @@
+"""A standalone ZooKeeper server on a free loopback port with a temporary data dir (tests, local
+clusters). Uses the Debian `zookeeper` package's jars (/usr/share/java), or $ZOOKEEPER_CLASSPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from kafkacompat.testing.process import free_port
+
+DEBIAN_CLASSPATH = "/usr/share/zookeeper/*:/usr/share/java/*"
+
+
+def zookeeper_available() -> bool:
+    return shutil.which("java") is not None and (
+        bool(os.environ.get("ZOOKEEPER_CLASSPATH")) or Path("/usr/share/java/zookeeper.jar").exists()
+    )
+
+
+class ZooKeeperServer:
+    """``start()`` writes a zoo.cfg (tickTime 200 ms so sessions can be as short as 400 ms) and
+    runs ZooKeeperServerMain; ``stop()`` kills it."""
+
+    def __init__(self, data_dir: Path, *, port: int | None = None, tick_ms: int = 200) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port or free_port()
+        self.tick_ms = tick_ms
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "zoo.cfg"
+        config.write_text(
+            f"tickTime={self.tick_ms}\ndataDir={self.data_dir / 'data'}\nclientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n"
+            f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n"
+            "4lw.commands.whitelist=ruok,srvr\n"
+        )
+        classpath = os.environ.get("ZOOKEEPER_CLASSPATH", DEBIAN_CLASSPATH)
+        log = open(self.data_dir / "zookeeper.log", "ab")
+        self.proc = subprocess.Popen(
+            ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-cp", classpath,
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.data_dir}/zookeeper.log")
+            if self._ruok():
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not start within {timeout}s; see {self.data_dir}/zookeeper.log")
+
+    def _ruok(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,214 @@
+"""The MetadataStore contract, on the embedded store and on a real ZooKeeper (through kazoo)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import trio
+
+from kafkacompat.controller.store import (
+    BadVersionError,
+    EmbeddedStore,
+    EmbeddedTree,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+)
+from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
+
+
+def trio_test(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return trio.run(functools.partial(fn, *args, **kwargs))
+    return wrapper
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory):
+    if not zookeeper_available():
+        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
+    yield server
+    server.stop()
+
+
+class Stores:
+    """Opens sessions on one shared namespace: an EmbeddedTree, or a ZooKeeper chroot."""
+
+    def __init__(self, kind: str, zookeeper, name: str) -> None:
+        self.kind = kind
+        self.tree = EmbeddedTree() if kind == "embedded" else None
+        self.connect = f"{zookeeper.connect}/{name}" if zookeeper else None
+        self.opened = []
+
+    async def open(self):
+        if self.kind == "embedded":
+            store = EmbeddedStore(self.tree)
+        else:
+            from kafkacompat.controller.zookeeper import ZooKeeperStore
+
+            store = await ZooKeeperStore(self.connect, session_timeout_ms=2000).start()
+        self.opened.append(store)
+        return store
+
+    async def close(self):
+        for store in self.opened:
+            await store.close()
+
+
+@pytest.fixture(params=["embedded", "zookeeper"])
+def stores(request):
+    zk = request.getfixturevalue("zookeeper") if request.param == "zookeeper" else None
+    return Stores(request.param, zk, request.node.name.replace("[", "_").replace("]", ""))
+
+
+async def wait_for(predicate, timeout=10.0):
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+@trio_test
+async def test_create_get_set_compare_and_set_delete(stores):
+    store = await stores.open()
+    try:
+        assert await store.create("/a/b/c", b"one") == "/a/b/c"
+        assert await store.get("/a/b/c") == (b"one", 0)
+        assert await store.children("/a/b") == ["c"]
+        with pytest.raises(NodeExistsError):
+            await store.create("/a/b/c", b"again")
+        assert await store.set("/a/b/c", b"two", 0) == 1
+        with pytest.raises(BadVersionError):
+            await store.set("/a/b/c", b"stale", 0)
+        assert await store.get("/a/b/c") == (b"two", 1)
+        assert await store.set("/a/b/c", b"any") == 2
+        with pytest.raises(NoNodeError):
+            await store.get("/a/none")
+        assert await store.exists("/a/none") is None
+        assert await store.exists("/a/b/c") == 2
+        with pytest.raises(NotEmptyError):
+            await store.delete("/a/b")
+        with pytest.raises(BadVersionError):
+            await store.delete("/a/b/c", 0)
+        await store.delete("/a/b/c", 2)
+        await store.create("/a/b/d/e", b"")
+        await store.delete("/a", recursive=True)
+        assert await store.exists("/a") is None
+        with pytest.raises(NoNodeError):
+            await store.create("/x/y", b"", makepath=False)
+    finally:
+        await stores.close()
+
+
+@trio_test
+async def test_sequential_ids(stores):
+    store = await stores.open()
+    try:
+        first = await store.create("/seq/id-", b"", sequential=True)
+        second = await store.create("/seq/id-", b"", sequential=True)
+        assert first.startswith("/seq/id-") and len(first) == len("/seq/id-") + 10
+        assert int(second[-10:]) > int(first[-10:])
+    finally:
+        await stores.close()
+
+
+@trio_test
+async def test_ephemeral_nodes_go_with_their_session(stores):
+    one = await stores.open()
+    other = await stores.open()
+    try:
+        await one.create("/brokers/ids/1", b"{}", ephemeral=True)
+        assert await other.ephemeral_owner("/brokers/ids/1") == one.session_id
+        await other.create("/persistent", b"")
+        assert await other.ephemeral_owner("/persistent") is None
+        await one.close()
+        await wait_for_async(lambda: other.exists("/brokers/ids/1"), None)
+    finally:
+        await stores.close()
+
+
+async def wait_for_async(get, expected, timeout=10.0):
+    with trio.fail_after(timeout):
+        while await get() != expected:
+            await trio.sleep(0.02)
+
+
+@trio_test
+async def test_watches_fire_on_data_children_creation_and_deletion(stores):
+    store = await stores.open()
+    writer = await stores.open()
+    try:
+        data_events, child_events = [], []
+        await store.watch("/w/node", lambda: data_events.append(1))
+        await store.watch("/w", lambda: child_events.append(1), children=True)
+        await trio.sleep(0.2)
+        data_events.clear()
+        child_events.clear()
+        await writer.create("/w/node", b"1")
+        await wait_for(lambda: data_events and child_events)
+        data_events.clear()
+        await writer.set("/w/node", b"2")
+        await wait_for(lambda: data_events)
+        data_events.clear()
+        child_events.clear()
+        await writer.delete("/w/node")
+        await wait_for(lambda: data_events and child_events)
+        cancelled = []
+        watch = await store.watch("/w/other", lambda: cancelled.append(1))
+        await trio.sleep(0.1)
+        cancelled.clear()
+        watch.cancel()
+        await writer.create("/w/other", b"")
+        await trio.sleep(0.3)
+        assert cancelled == []
+    finally:
+        await stores.close()
+
+
+@trio_test
+async def test_session_expiry_removes_ephemerals_and_tells_listeners(stores):
+    store = await stores.open()
+    other = await stores.open()
+    try:
+        lost = []
+        store.add_session_listener(lambda: lost.append(1))
+        await store.create("/controller", b"{}", ephemeral=True)
+        old_session = store.session_id
+        if stores.kind == "embedded":
+            store.expire_session()
+        else:
+            await trio.to_thread.run_sync(store.expire_session_for_tests)
+        await wait_for(lambda: lost)
+        await wait_for_async(lambda: other.exists("/controller"), None)
+        # The store carries on under a new session, as kazoo reconnects.
+        with trio.fail_after(10):
+            while True:
+                try:
+                    await store.create("/controller", b"{}", ephemeral=True)
+                    break
+                except Exception:
+                    await trio.sleep(0.05)
+        assert store.session_id != old_session
+        assert await other.ephemeral_owner("/controller") == store.session_id
+    finally:
+        await stores.close()
+
+
+def test_embedded_tree_persists_persistent_nodes_only(tmp_path):
+    async def write():
+        store = EmbeddedStore(EmbeddedTree(tmp_path / "store.json"))
+        await store.create("/brokers/topics/t", b'{"x":1}')
+        await store.set("/brokers/topics/t", b'{"x":2}')
+        await store.create("/brokers/ids/0", b"", ephemeral=True)
+        await store.close()
+
+    async def read():
+        store = EmbeddedStore(EmbeddedTree(tmp_path / "store.json"))
+        assert await store.get("/brokers/topics/t") == (b'{"x":2}', 1)
+        assert await store.exists("/brokers/ids/0") is None
+        assert await store.children("/brokers") == ["ids", "topics"]
+
+    trio.run(write)
+    trio.run(read)

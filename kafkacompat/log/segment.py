@@ -18,7 +18,9 @@ from typing import Iterator
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP, IndexCorruptError, OffsetIndex, TimeIndex
 from kafkacompat.wire.chunks import FileRegion
-from kafkacompat.wire.records import CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header
+from kafkacompat.wire.records import (
+    CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header, record_spans,
+)
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -522,38 +524,9 @@ def record_offsets_and_timestamps(batch: bytes) -> Iterator[tuple[int, int]]:
     record reports the batch's max timestamp, as Kafka does.
     """
     header = read_header(batch)
-    body: bytes | memoryview = memoryview(batch)[HEADER_SIZE:header.size]
-    if header.compression:
-        body = _decompress(header.compression, bytes(body))
-    position = 0
-    for _ in range(header.records_count):
-        length, position = _read_varint(body, position)
-        record_end = position + length
-        timestamp_delta, position = _read_varint(body, position + 1)  # + 1: attributes byte
-        offset_delta, position = _read_varint(body, position)
+    _, spans = record_spans(batch, header)
+    for offset_delta, timestamp_delta, *_ in spans:
         if header.is_log_append_time:
             yield header.base_offset + offset_delta, header.max_timestamp
         else:
             yield header.base_offset + offset_delta, header.base_timestamp + timestamp_delta
-        position = record_end
-
-
-def _read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
-    """A zigzag varint (protobuf style) at ``position``: (value, position after it)."""
-    shift = result = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-
-
-def _decompress(codec: int, data: bytes) -> bytes:
-    from kafka import codec as codecs  # heavy import, needed only for compressed batches
-
-    decoders = {1: codecs.gzip_decode, 2: codecs.snappy_decode, 3: codecs.lz4_decode, 4: codecs.zstd_decode}
-    if codec not in decoders:
-        raise ValueError(f"unknown compression codec {codec} in a record batch")
-    return decoders[codec](data)

@@ -17,6 +17,7 @@ from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManage
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
 from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.log import LogCleaner, LogConfig, LogManager
+from kafkacompat.replication.fetcher import ReplicaFetcherManager
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -66,6 +67,9 @@ class Broker:
         self.cluster_id = ""
         self.port = config.port
         self.groups = GroupCoordinator(self)
+        # Replication (replication/): follower fetchers; ISR changes go to controller_client.
+        self.fetchers = ReplicaFetcherManager(self)
+        self._replication_nursery: trio.Nursery | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -124,11 +128,27 @@ class Broker:
         return LogConfig.from_properties(self.config.effective_topic_config(topic.configs if topic else {}))
 
     def _open_partitions(self, topic: TopicInfo, indexes: range) -> None:
-        config = self.log_config(topic)
         for index in indexes:
-            partition_log = self.logs.get(topic.name, index) or self.logs.create(topic.name, index, config)
+            self._open_partition(topic.name, index)
+
+    def _open_partition(self, name: str, index: int) -> Partition:
+        topic = self.topics.get(name)
+        config = self._log_config_for_topic_name(name)
+        partition_log = self.logs.get(name, index) or self.logs.create(name, index, config)
+        if topic is not None:
             self._write_partition_metadata(partition_log.dir, topic.topic_id)
-            self.partitions[(topic.name, index)] = Partition(topic.name, index, partition_log, leader_id=self.node_id)
+        partition = Partition(
+            name, index, partition_log, local_id=self.node_id,
+            leader_id=-1 if getattr(self, "clustered", False) else self.node_id,
+            lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            min_insync_replicas=self._min_insync_replicas(topic),
+        )
+        self.partitions[(name, index)] = partition
+        return partition
+
+    def _min_insync_replicas(self, topic: TopicInfo | None) -> int:
+        effective = self.config.effective_topic_config(topic.configs if topic else {})
+        return int(effective.get("min.insync.replicas", self.config.min_insync_replicas))
 
     @staticmethod
     def _write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:
@@ -207,36 +227,10 @@ class Broker:
 
     # ---- partition states from the controller (cluster mode) --------------------------------
 
-    async def apply_partition_state(self, state: "PartitionState") -> None:
-        """The controller's state for a partition this broker hosts (a replica of it) changed:
-        become its leader or a follower. Called by ClusterMember in order, once per change; must
-        return promptly (long work belongs in a task).
-
-        Minimal version (replication/ replaces the body): open the partition's log and record
-        leader, epoch, replicas and ISR; no follower fetching yet."""
-        key = (state.topic, state.partition)
-        partition = self.partitions.get(key)
-        if partition is None:
-            topic = self.topics.get(state.topic)
-            if topic is None:
-                return
-            config = self.log_config(topic)
-            partition_log = self.logs.get(topic.name, state.partition) or self.logs.create(
-                topic.name, state.partition, config)
-            self._write_partition_metadata(partition_log.dir, topic.topic_id)
-            partition = Partition(topic.name, state.partition, partition_log, leader_id=state.leader,
-                                  leader_epoch=state.leader_epoch)
-            self.partitions[key] = partition
-        partition.leader_id = state.leader
-        partition.leader_epoch = state.leader_epoch
-        partition.replicas = list(state.replicas)
-        partition.isr = list(state.isr)
-        partition.wake_waiters()
-        self.groups.on_partition_state(state, self.node_id)
-
     async def remove_partition(self, topic: str, index: int) -> None:
         """This broker no longer hosts the partition (topic deleted or replica moved): stop
         serving it and delete its log."""
+        self.fetchers.remove_partition((topic, index))
         partition = self.partitions.pop((topic, index), None)
         if partition is not None:
             partition.wake_waiters()
@@ -296,10 +290,100 @@ class Broker:
         if self.cluster is not None and self._nursery is not None:
             self._nursery.start_soon(self.cluster.alter_topic_configs, topic.name, dict(configs))
         config = self.log_config(topic)
+        min_isr = self._min_insync_replicas(topic)
         for index in range(topic.partitions):
             partition = self.partitions.get((topic.name, index))
             if partition is not None:
                 partition.log.config = config
+                partition.min_insync_replicas = min_isr
+
+    # ---- replication -----------------------------------------------------------------------
+
+    async def apply_partition_state(self, state: "PartitionState") -> None:
+        """The controller's state of a partition this broker hosts (or stopped hosting) changed:
+        create the log if needed, lead or follow (replication/partition.py), start or stop the
+        follower fetcher. Called in order, once per change; returns promptly. States older than
+        the one applied (leader epoch, then partition epoch) are ignored."""
+        self._apply_replication_state(state)
+        self.groups.on_partition_state(state, self.node_id)
+
+    def _apply_replication_state(self, state: "PartitionState") -> None:
+        key = (state.topic, state.partition)
+        partition = self.partitions.get(key)
+        if self.node_id not in state.replicas:
+            self.fetchers.remove_partition(key)
+            if partition is not None and not partition.is_stale(state):
+                partition.become_follower(state)
+            return
+        if partition is None:
+            if self.topics.get(state.topic) is None:
+                log.warning("State for %s-%d of an unknown topic; ignored", state.topic, state.partition)
+                return
+            partition = self._open_partition(state.topic, state.partition)
+        if partition.is_stale(state):
+            log.debug("Ignoring stale state %s", state)
+            return
+        if state.leader == self.node_id:
+            self.fetchers.remove_partition(key)
+            partition.become_leader(state)
+        else:
+            partition.become_follower(state)
+            if state.leader >= 0:
+                self.fetchers.add_partition(key, state.leader)
+            else:
+                self.fetchers.remove_partition(key)
+
+    def propose_isr(self, partition: Partition, new_isr: list[int]) -> None:
+        """Send an ISR change to the controller in the background (one in flight per partition)."""
+        if self.controller_client is None or self._replication_nursery is None or partition.pending_isr is not None:
+            return
+        partition.pending_isr = list(new_isr)
+        self._replication_nursery.start_soon(self._alter_isr, partition, list(new_isr))
+
+    async def _alter_isr(self, partition: Partition, new_isr: list[int]) -> None:
+        state = None
+        try:
+            log.info("%s: proposing ISR %s (was %s)", partition, new_isr, partition.isr)
+            state = await self.controller_client.alter_partition(
+                partition.topic, partition.index, partition.leader_epoch, partition.partition_epoch, new_isr
+            )
+        except KafkaError as exc:
+            log.info("%s: ISR change to %s refused: %s", partition, new_isr, exc)
+        except Exception:
+            log.exception("%s: ISR change to %s failed", partition, new_isr)
+        finally:
+            if partition.pending_isr == new_isr:
+                partition.pending_isr = None
+        if state is not None:
+            await self.apply_partition_state(state)
+
+    def check_isr(self) -> None:
+        """Propose dropping followers that have not caught up for replica.lag.time.max.ms."""
+        for partition in list(self.partitions.values()):
+            if partition.is_leader and partition.followers:
+                shrunk = partition.isr_shrink_candidate()
+                if shrunk is not None:
+                    self.propose_isr(partition, shrunk)
+
+    async def run_isr_checks(self) -> None:
+        interval = max(self.config.replica_lag_time_max_ms / 2000, 0.05)
+        while True:
+            await trio.sleep(interval)
+            self.check_isr()
+
+    def start_replication(self, nursery: trio.Nursery) -> None:
+        self._replication_nursery = nursery
+        self.fetchers.start(nursery)
+        nursery.start_soon(self.run_isr_checks)
+
+    def node_endpoints(self, ids) -> "list[NodeEndpoint] | None":
+        """KIP-951 NodeEndpoints of these brokers (those this broker knows)."""
+        from kafkacompat.wire.produce import NodeEndpoint
+
+        brokers = getattr(self, "brokers", None)
+        infos = brokers() if brokers is not None else {}
+        endpoints = [NodeEndpoint(i, infos[i].host, infos[i].port, infos[i].rack) for i in sorted(ids) if i in infos]
+        return endpoints or None
 
     # ---- requests --------------------------------------------------------------------------
 
@@ -391,6 +475,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                 await nursery.start(_join_cluster, broker)
             nursery.start_soon(broker.run_housekeeping)
             nursery.start_soon(broker.groups.run)
+            broker.start_replication(nursery)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             host, advertised_port = broker.advertised_endpoint()
             log.info(
@@ -423,6 +508,11 @@ async def _join_cluster(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED)
         ).start()
         broker.store = store
     broker.cluster = ClusterMember(broker, store)
+    # Producer ids must be unique across the cluster: blocks come from the store's
+    # /latest_producer_id_block (compare-and-set), not from this broker's data dir.
+    from kafkacompat.controller.producer_ids import MetadataStoreBlocks
+
+    broker.producer_ids = ProducerIdManager(broker.node_id, MetadataStoreBlocks(store))
     async with trio.open_nursery() as nursery:
         await nursery.start(broker.cluster.run)
         task_status.started()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import trio
 
+from kafkacompat.handlers.offset_for_leader_epoch import check_current_leader_epoch
 from kafkacompat.handlers.registry import RequestContext, handles
 from kafkacompat.wire.chunks import close_chunks
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -19,6 +20,7 @@ from kafkacompat.wire.fetch import (
     FetchPartitionResult,
     FetchRequestData,
     FetchTopicResult,
+    NodeEndpoint,
     decode_fetch_request,
     encode_fetch_response,
 )
@@ -35,6 +37,7 @@ class FetchResponseData:
     topics: list[FetchTopicResult]
     error_code: int = 0
     session_id: int = 0
+    node_endpoints: list[NodeEndpoint] | None = None
 
 
 def _decode(version: int, body: memoryview) -> FetchRequestData:
@@ -43,7 +46,8 @@ def _decode(version: int, body: memoryview) -> FetchRequestData:
 
 def _encode(response: FetchResponseData, version: int):
     return encode_fetch_response(
-        response.topics, version=version, error_code=response.error_code, session_id=response.session_id
+        response.topics, version=version, error_code=response.error_code, session_id=response.session_id,
+        node_endpoints=response.node_endpoints,
     )
 
 
@@ -55,7 +59,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
         if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
-            return FetchResponseData(topics)
+            return FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
         for topic in topics:
             for result in topic.partitions:
@@ -91,7 +95,7 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
             results.append(result)
             total += result.records_size
             remaining -= result.records_size
-            has_error = has_error or result.error_code != 0
+            has_error = has_error or result.error_code != 0 or result.diverging_epoch is not None
             if partition is not None:
                 waiting_on.append(partition)
         topics.append(FetchTopicResult(wanted.name if not use_ids else "", wanted.topic_id, results))
@@ -107,15 +111,32 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
         else:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result, None
+    replica_id = request.replica_id
     try:
-        _check_leader_epoch(partition, wanted.current_leader_epoch)
+        check_current_leader_epoch(partition, wanted.current_leader_epoch)
+        partition.check_leader()
+        if wanted.last_fetched_epoch >= 0 and _diverging(partition, wanted, result):
+            return result, None
         partition.check_fetch_offset(wanted.fetch_offset)
+        if replica_id >= 0:
+            expand = partition.update_follower_fetch(replica_id, wanted.fetch_offset)
+            if expand is not None:
+                ctx.broker.propose_isr(partition, expand)
         limit = max(0, min(wanted.partition_max_bytes, remaining))
         read = None
         if limit > 0 or min_one_batch:
-            read = partition.read(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
+            if replica_id >= 0:
+                read = partition.read_for_replica(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
+            else:
+                read = partition.read(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
     except KafkaError as exc:
         result.error_code = exc.code
+        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.version >= 12 and partition.leader_id >= 0:
+            result.current_leader = (partition.leader_id, partition.leader_epoch)
+        elif exc.code == ErrorCode.OFFSET_OUT_OF_RANGE and replica_id >= 0:
+            # Our followers truncate to the high watermark or restart at the log start.
+            result.high_watermark = partition.high_watermark
+            result.log_start_offset = partition.log_start_offset
         log.debug("Fetch of %s at %d for %s failed: %s", partition, wanted.fetch_offset, ctx.client_id, exc)
         return result, None
     result.high_watermark = partition.high_watermark
@@ -129,10 +150,22 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
     return result, partition
 
 
-def _check_leader_epoch(partition, current_leader_epoch: int) -> None:
-    if current_leader_epoch < 0:
-        return
-    if current_leader_epoch < partition.leader_epoch:
-        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"leader epoch {current_leader_epoch} of {partition} is stale")
-    if current_leader_epoch > partition.leader_epoch:
-        raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"leader epoch {current_leader_epoch} of {partition} is newer than ours")
+def _diverging(partition, wanted, result: FetchPartitionResult) -> bool:
+    """Fetch v12+ (KIP-595 style): the fetcher's last fetched epoch ends earlier on this leader
+    than where it fetches from, so its log has diverged; tell it where that epoch ends here."""
+    epoch, end_offset = partition.end_offset_for_epoch(wanted.last_fetched_epoch)
+    if epoch < wanted.last_fetched_epoch or end_offset < wanted.fetch_offset:
+        result.diverging_epoch = (epoch, end_offset)
+        result.high_watermark = partition.high_watermark
+        result.last_stable_offset = partition.last_stable_offset
+        result.log_start_offset = partition.log_start_offset
+        return True
+    return False
+
+
+def _leader_endpoints(ctx: RequestContext, topics: list[FetchTopicResult]) -> list[NodeEndpoint] | None:
+    """KIP-951: the endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers."""
+    if ctx.version < 16:
+        return None
+    leaders = {p.current_leader[0] for t in topics for p in t.partitions if p.current_leader is not None}
+    return ctx.broker.node_endpoints(leaders) if leaders else None

@@ -56,6 +56,9 @@ def _timestamp_unsupported(timestamp: int, version: int) -> bool:
     return timestamp < 0 and version < SPECIAL_TIMESTAMP_MIN_VERSION.get(timestamp, 1 << 15)
 
 
+DEBUGGING_REPLICA_ID = -2
+
+
 def _check_leader_epoch(partition: Partition, current_leader_epoch: int) -> None:
     """Kafka's localLogWithEpochOrThrow: the client's view of the leader epoch must match ours."""
     if current_leader_epoch < 0:
@@ -134,6 +137,8 @@ def _list_partition(ctx: RequestContext, request, topic_name: str, wanted, parti
         return _partition_result(partition_cls, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
         _check_leader_epoch(partition, getattr(wanted, "current_leader_epoch", UNKNOWN))
+        if request.replica_id != DEBUGGING_REPLICA_ID:
+            partition.check_leader()
     except KafkaError as exc:
         return _partition_result(partition_cls, index, exc.code)
     last_fetchable = _last_fetchable_offset(partition, request.replica_id, getattr(request, "isolation_level", 0))

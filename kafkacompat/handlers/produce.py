@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
 
 from kafkacompat.handlers.registry import RequestContext, handles
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -20,6 +23,9 @@ from kafkacompat.wire.produce import (
 )
 from kafkacompat.wire.legacy import is_legacy, upconvert
 from kafkacompat.wire.records import BatchHeader, require_record_keys, validate_batches, validate_produce_records
+
+if TYPE_CHECKING:
+    from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.produce")
 
@@ -43,37 +49,103 @@ def _encode(response: ProduceResponseData, version: int) -> bytes:
 
 @handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
+    waits: list[_Wait] = []
     results = [
         ProduceTopicResult(topic.name, topic.topic_id, [
-            _produce_partition(ctx, request, topic.name, topic.topic_id, data) for data in topic.partitions
+            _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits) for data in topic.partitions
         ])
         for topic in request.topics
     ]
     if request.acks == 0:
         _close_if_failed(ctx, request, results)
         return None
-    return ProduceResponseData(results)
+    if waits:
+        await _await_replication(waits, request.timeout_ms)
+    return ProduceResponseData(results, _leader_endpoints(ctx, results))
+
+
+@dataclass(slots=True)
+class _Wait:
+    """An acks=all write waiting for the high watermark to pass ``required_offset``."""
+    partition: "Partition"
+    result: ProducePartitionResult
+    required_offset: int
+    leader_epoch: int
+
+
+async def _await_replication(waits: list[_Wait], timeout_ms: int) -> None:
+    """Kafka's DelayedProduce: answer when the high watermark covers every write (or with
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR shrank below min.insync.replicas meanwhile,
+    NOT_LEADER_OR_FOLLOWER when leadership moved), or REQUEST_TIMED_OUT at the timeout."""
+    deadline = trio.current_time() + max(timeout_ms, 0) / 1000
+    while True:
+        pending = []
+        for wait in waits:
+            status = wait.partition.replication_status(wait.required_offset, wait.leader_epoch)
+            if status is None:
+                pending.append(wait)
+            elif status:
+                _fail(wait.result, status)
+        if not pending:
+            return
+        if trio.current_time() >= deadline:
+            for wait in pending:
+                _fail(wait.result, ErrorCode.REQUEST_TIMED_OUT)
+            return
+        waits = pending
+        event = trio.Event()
+        for wait in waits:
+            wait.partition.add_waiter(event)
+        try:
+            with trio.move_on_at(deadline):
+                await event.wait()
+        finally:
+            for wait in waits:
+                wait.partition.remove_waiter(event)
+
+
+def _fail(result: ProducePartitionResult, code: int) -> None:
+    result.error_code = code
+    result.error_message = ErrorCode(code).name
+    result.base_offset = -1
+    result.log_append_time_ms = -1
+
+
+def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) -> list[NodeEndpoint] | None:
+    """KIP-951: the endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (v10+)."""
+    if ctx.version < 10:
+        return None
+    leaders = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
+    return ctx.broker.node_endpoints(leaders) if leaders else None
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,
-                       data: ProducePartitionData) -> ProducePartitionResult:
+                       data: ProducePartitionData, waits: list[_Wait]) -> ProducePartitionResult:
     result = ProducePartitionResult(data.index)
+    partition = None
     try:
         if request.acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is not one of 0, 1, -1")
         partition = _find_partition(ctx, name, topic_id, data.index)
+        partition.check_leader()
         records = data.records if data.records is not None else memoryview(bytearray())
         records, headers = _validated(records, ctx.version, partition.log.config.max_message_bytes)
         if partition.log.config.compacts:  # compaction: every record needs a key (decodes the records)
             require_record_keys(records, headers, partition.log.name)
+        if request.acks == -1:
+            partition.check_enough_replicas()
         if headers[0].producer_id >= 0:
             duplicate = partition.log.producer_state.check_client_batch(headers[0])
             if duplicate is not None:
+                if request.acks == -1:
+                    waits.append(_Wait(partition, result, duplicate.last_offset + 1, partition.leader_epoch))
                 return _acknowledge_duplicate(partition, result, duplicate, name, ctx)
         info = partition.append(records, headers)
     except KafkaError as exc:
         result.error_code = exc.code
         result.error_message = exc.message
+        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition is not None and partition.leader_id >= 0:
+            result.current_leader = (partition.leader_id, partition.leader_epoch)
         log.debug("Produce to %s-%d from %s failed: %s", name, data.index, ctx.client_id, exc)
         return result
     except OSError as exc:
@@ -83,6 +155,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = info.log_start_offset
+    if request.acks == -1:
+        waits.append(_Wait(partition, result, info.last_offset + 1, partition.leader_epoch))
     return result
 
 

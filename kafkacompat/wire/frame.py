@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 
 _INT32 = struct.Struct(">i")
-_REQUEST_HEADER_FIXED = struct.Struct(">hhi")
+_REQUEST_HEADER_V1 = struct.Struct(">hhih")  # api key, version, correlation id, client id length
 _INITIAL_BUFFER = 64 * 1024
 _LARGE_FRAME_CHUNK = 1024 * 1024
 API_VERSIONS_KEY = 18
@@ -111,6 +111,11 @@ API_INFO: dict[int, tuple[int | None, str]] = {
 }
 
 
+_NEVER = 1 << 30
+# api key -> first flexible version (_NEVER for APIs that have none), for the per-request checks.
+_FIRST_FLEXIBLE: dict[int, int] = {key: (first if first is not None else _NEVER) for key, (first, _) in API_INFO.items()}
+
+
 class ProtocolViolation(ValueError):
     """The client sent something a Kafka broker answers by closing the connection."""
 
@@ -129,8 +134,7 @@ def api_name(api_key: int) -> str:
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    info = API_INFO.get(api_key)
-    return info is not None and info[0] is not None and version >= info[0]
+    return version >= _FIRST_FLEXIBLE.get(api_key, _NEVER)
 
 
 class FrameDecoder:
@@ -230,24 +234,27 @@ def parse_request_header(frame: bytes | bytearray | memoryview) -> tuple[Request
     versions, v2 (v1 plus tagged fields) for flexible ones. The client id is a classic
     nullable string even in v2.
     """
-    if len(frame) < 8:
-        raise HeaderError(f"request of {len(frame)} bytes is too short for a request header")
-    api_key, api_version, correlation_id = _REQUEST_HEADER_FIXED.unpack_from(frame, 0)
-    if len(frame) < 10:
+    size = len(frame)
+    if size < 10:
+        if size < 8:
+            raise HeaderError(f"request of {size} bytes is too short for a request header")
         raise HeaderError("request header is truncated before the client id")
-    (client_id_len,) = struct.unpack_from(">h", frame, 8)
+    api_key, api_version, correlation_id, client_id_len = _REQUEST_HEADER_V1.unpack_from(frame, 0)
     pos = 10
     client_id: str | None = None
     if client_id_len >= 0:
-        if pos + client_id_len > len(frame):
-            raise HeaderError("request header client id runs past the end of the request")
-        client_id = bytes(frame[pos : pos + client_id_len]).decode("utf-8", "replace")
         pos += client_id_len
+        if pos > size:
+            raise HeaderError("request header client id runs past the end of the request")
+        client_id = str(frame[10:pos], "utf-8", "replace")
     elif client_id_len != -1:
         raise HeaderError(f"request header client id has invalid length {client_id_len}")
-    flexible = is_flexible(api_key, api_version)
+    flexible = api_version >= _FIRST_FLEXIBLE.get(api_key, _NEVER)
     if flexible:
-        pos = skip_tagged_fields(frame, pos)
+        if pos < size and frame[pos] == 0:  # the usual empty tagged-field section
+            pos += 1
+        else:
+            pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from typing import Callable, Mapping
 
@@ -59,15 +60,20 @@ class LogConfig:
 
     @property
     def deletes_old_segments(self) -> bool:
-        return "delete" in _split_list(self.cleanup_policy)
+        return "delete" in _policies(self.cleanup_policy)
 
     @property
-    def compacts(self) -> bool:
-        return "compact" in _split_list(self.cleanup_policy)
+    def compacts(self) -> bool:  # asked on every produce request
+        return "compact" in _policies(self.cleanup_policy)
 
     @property
     def uses_log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+
+@functools.lru_cache(maxsize=64)
+def _policies(cleanup_policy: str) -> frozenset[str]:
+    return frozenset(_split_list(cleanup_policy))
 
 
 def _split_list(value: str) -> list[str]:

@@ -78,6 +78,13 @@ class ZooKeeperCluster:
         admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000})
         return admin.list_topics(topic=topic, timeout=10)
 
+    def wait_until_every_broker_sees(self, count: int, timeout: float = 30.0) -> None:
+        """Every running broker's metadata lists ``count`` brokers and a controller."""
+        for broker_id, proc in self.brokers.items():
+            if proc.proc is not None and proc.proc.poll() is None:
+                self.wait_for(lambda md: len(md.brokers) == count and md.controller_id >= 0,
+                              broker_id=broker_id, timeout=timeout)
+
     def wait_for(self, predicate, *, broker_id: int | None = None, timeout: float = 30.0):
         deadline = time.monotonic() + timeout
         last_error = None

@@ -275,9 +275,9 @@ def test_altered_configs_persist_and_reach_the_log(broker, topic):
     assert len(segments) > 1
     broker.restart()
     assert describe(broker, ResourceType.TOPIC, topic)["segment.bytes"].value == "1024"
-    registry = json.loads((broker.data_dir / "kafkacompat-topics.json").read_text())
-    assert [t["configs"] for t in registry["topics"] if t["name"] == topic] == [
-        {"retention.ms": "3600000", "segment.bytes": "1024"}]
+    nodes = json.loads((broker.data_dir / "metadata-store.json").read_text())["nodes"]
+    assert json.loads(nodes[f"/config/topics/{topic}"]["data"])["config"] == {
+        "retention.ms": "3600000", "segment.bytes": "1024"}
 
 
 def test_incremental_raw_request_checks(broker, topic):

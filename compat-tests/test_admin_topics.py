@@ -236,9 +236,12 @@ def test_topics_and_configs_survive_a_restart(broker, topic_name):
     assert create(broker, NewTopic(topic_name, 2, 1, config={"retention.ms": "99000"})) == {topic_name: 0}
     broker.restart()
     assert partition_count(broker, topic_name) == 2
-    registry = json.loads((broker.data_dir / "kafkacompat-topics.json").read_text())
-    (entry,) = [t for t in registry["topics"] if t["name"] == topic_name]
-    assert entry["configs"] == {"retention.ms": "99000"}
+    # Topics live in the data dir's embedded metadata store, in ZooKeeper's layout.
+    nodes = json.loads((broker.data_dir / "metadata-store.json").read_text())["nodes"]
+    config = json.loads(nodes[f"/config/topics/{topic_name}"]["data"])
+    assert config["config"] == {"retention.ms": "99000"}
+    assignment = json.loads(nodes[f"/brokers/topics/{topic_name}"]["data"])["partitions"]
+    assert assignment == {"0": [0], "1": [0]}
 
 
 # ---- DeleteTopics ------------------------------------------------------------------------------

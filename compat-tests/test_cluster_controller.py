@@ -52,7 +52,7 @@ def produce_and_consume(bootstrap: str, topic: str, count: int = 20) -> None:
 
 def test_three_brokers_agree_on_metadata_and_create_topics_rf3(tmp_path, topic_name):
     with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
-        cluster.wait_for(lambda md: len(md.brokers) == 3 and md.controller_id in (0, 1, 2))
+        cluster.wait_until_every_broker_sees(3)
         create_topic(cluster.bootstrap, topic_name, 6, 3)
         views = []
         for broker_id in range(3):
@@ -72,8 +72,8 @@ def test_three_brokers_agree_on_metadata_and_create_topics_rf3(tmp_path, topic_n
 
 def test_controller_killed_a_new_one_is_elected_and_the_cluster_serves(tmp_path, topic_name):
     with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
-        md = cluster.wait_for(lambda md: len(md.brokers) == 3 and md.controller_id >= 0)
-        old = md.controller_id
+        cluster.wait_until_every_broker_sees(3)
+        old = cluster.metadata().controller_id
         create_topic(cluster.bootstrap, topic_name, 3, 3)
         cluster.brokers[old].kill()
         survivors = [b for b in range(3) if b != old]
@@ -140,3 +140,53 @@ def _port_taken(port: int) -> bool:
             return False
         except OSError:
             return True
+
+
+def test_group_coordinator_moves_with_offsets_leadership(tmp_path, topic_name):
+    pytest.importorskip("kafkacompat.replication.fetcher")  # needs replicated __consumer_offsets
+    from kafkacompat.groups.storage import partition_for
+
+    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+        cluster.wait_until_every_broker_sees(3)
+        create_topic(cluster.bootstrap, topic_name, 3, 3)
+        group = f"group-{topic_name}"
+        produce_and_consume_group(cluster.bootstrap, topic_name, group, range(10))
+        offsets_partition = partition_for(group, 50)
+        md = cluster.wait_for(lambda md: "__consumer_offsets" in md.topics)
+        offsets = md.topics["__consumer_offsets"].partitions[offsets_partition]
+        assert len(offsets.replicas) == 3  # offsets.topic.replication.factor 3 on three brokers
+        coordinator = offsets.leader
+        cluster.brokers[coordinator].kill()
+        survivors = [b for b in range(3) if b != coordinator]
+        cluster.wait_for(lambda md: md.topics["__consumer_offsets"].partitions[offsets_partition].leader in survivors,
+                         broker_id=survivors[0])
+        # The new coordinator has the group's committed offsets: a new member resumes after them.
+        produce_and_consume_group(cluster.bootstrap, topic_name, group, range(10, 15))
+
+
+def produce_and_consume_group(bootstrap: str, topic: str, group: str, values) -> None:
+    wanted = {f"v{i}".encode() for i in values}
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for value in sorted(wanted):
+        producer.produce(topic, value=value)
+    assert producer.flush(30) == 0
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen = []
+    deadline = time.monotonic() + 60
+    while len(seen) < len(wanted) and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and not message.error():
+            seen.append(message.value())
+    deadline = time.monotonic() + 30
+    while True:  # the commit may first meet NOT_COORDINATOR while the coordinator moves
+        try:
+            consumer.commit(asynchronous=False)
+            break
+        except confluent_kafka.KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    consumer.close()
+    assert sorted(seen) == sorted(wanted)

@@ -72,7 +72,7 @@ class Broker:
 
             self.topics: TopicRegistry = MetadataCache()
         else:
-            self.topics = TopicRegistry(self.data_dir)
+            self.topics = TopicRegistry(self.data_dir, broker_id=self.node_id)
         self._nursery: trio.Nursery | None = None
         self.logs = LogManager(self.data_dir, producer_id_expiration_ms=config.producer_id_expiration_ms)
         self.producer_ids = ProducerIdManager(self.node_id, FileBlockStore(self.data_dir))

@@ -212,3 +212,44 @@ def test_embedded_tree_persists_persistent_nodes_only(tmp_path):
 
     trio.run(write)
     trio.run(read)
+
+
+def test_single_node_topics_live_in_the_embedded_store_and_legacy_registries_migrate(tmp_path):
+    import json
+    import uuid
+
+    from kafkacompat.controller.topics import TopicInfo, TopicRegistry
+
+    topic_id = uuid.uuid4()
+    legacy = {"version": 1, "topics": [{"name": "old", "topic_id": str(topic_id), "partitions": 3,
+                                        "replication_factor": 1, "configs": {"retention.ms": "5"}}]}
+    (tmp_path / "kafkacompat-topics.json").write_text(json.dumps(legacy))
+    registry = TopicRegistry(tmp_path, broker_id=7)
+    registry.load()
+    assert registry.get("old") == TopicInfo("old", topic_id, 3, 1, {"retention.ms": "5"})
+    assert not (tmp_path / "kafkacompat-topics.json").exists()
+    assert (tmp_path / "kafkacompat-topics.json.migrated").exists()
+    registry.add(TopicInfo("new", uuid.uuid4(), 2, 1, {}))
+    changed = registry.get("old")
+    changed.partitions, changed.configs = 4, {"cleanup.policy": "compact"}
+    registry.update(changed)
+
+    reloaded = TopicRegistry(tmp_path, broker_id=7)
+    reloaded.load()
+    assert sorted(reloaded.names()) == ["new", "old"]
+    assert reloaded.get("old") == TopicInfo("old", topic_id, 4, 1, {"cleanup.policy": "compact"})
+    assert reloaded.get_by_id(topic_id).name == "old"
+    nodes = json.loads((tmp_path / "metadata-store.json").read_text())["nodes"]
+    assert json.loads(nodes["/brokers/topics/old"]["data"])["partitions"] == {str(p): [7] for p in range(4)}
+    reloaded.remove("new")
+    again = TopicRegistry(tmp_path, broker_id=7)
+    again.load()
+    assert again.names() == ["old"]
+
+
+def test_an_unreadable_store_stops_the_start(tmp_path):
+    from kafkacompat.controller.topics import TopicRegistry
+
+    (tmp_path / "metadata-store.json").write_text("{not json")
+    with pytest.raises(RuntimeError, match="cannot read the metadata store"):
+        TopicRegistry(tmp_path).load()

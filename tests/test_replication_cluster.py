@@ -276,3 +276,35 @@ async def test_a_returning_old_leader_truncates_its_divergent_tail(cluster):
     assert b"lost-" not in log_bytes(returned)
     await wait_until(lambda: new_leader.partition(TOPIC, 0).isr == [1, 2, 0] or
                      sorted(new_leader.partition(TOPIC, 0).isr) == [0, 1, 2])
+
+
+@run
+async def test_internal_acks_all_append_waits_for_the_isr(cluster):
+    """Partition.wait_replicated (offset commits, as Kafka's acks=-1 append of them): not done
+    while the followers do not fetch (REQUEST_TIMED_OUT at the timeout), done once they do, and
+    NOT_LEADER_OR_FOLLOWER when leadership moves."""
+    await cluster.create_topic(min_isr=1)
+    leader = cluster.broker(0)
+    partition = leader.partition(TOPIC, 0)
+    for i in (1, 2):
+        cluster.stop_fetching(i)
+    assert (await produce(leader, [b"a"], acks=1))[0] == 0
+    epoch = partition.leader_epoch
+    assert await partition.wait_replicated(1, epoch, 300) == ErrorCode.REQUEST_TIMED_OUT
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def wait():
+            results.append(await partition.wait_replicated(1, epoch, 5000))
+
+        nursery.start_soon(wait)
+        await trio.sleep(0.2)
+        assert results == []
+        for i in (1, 2):
+            await cluster.resume_fetching(i)
+    assert results == [0] and partition.high_watermark == 1
+    assert (await produce(leader, [b"b"], acks=1))[0] == 0
+    for i in (1, 2):
+        cluster.stop_fetching(i)
+    await cluster.controller.elect(TOPIC, 0, 1, (1, 2))
+    assert await partition.wait_replicated(2, epoch, 1000) == ErrorCode.NOT_LEADER_OR_FOLLOWER

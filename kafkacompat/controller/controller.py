@@ -28,7 +28,6 @@ partitions they host with ``Broker.apply_partition_state``.
 
 from __future__ import annotations
 
-import base64
 import logging
 import random
 import time
@@ -47,7 +46,7 @@ from kafkacompat.controller.store import (
     StoreError,
     encode_json,
 )
-from kafkacompat.controller.topics import TopicInfo, TopicRegistry
+from kafkacompat.controller.topics import TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -71,14 +70,6 @@ def topic_path(topic: str) -> str:
 
 def state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
-
-
-def encode_topic_id(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-
-
-def decode_topic_id(text: str) -> uuid.UUID:
-    return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 
 
 # ---- replica assignment (Kafka's AdminUtils.assignReplicasToBrokers) -------------------------
@@ -249,6 +240,12 @@ class MetadataCache(TopicRegistry):
     def save(self) -> None:
         pass
 
+    def _persist(self, topic: TopicInfo) -> None:
+        pass  # the cluster's store is written by the controller paths, not by the cache
+
+    def _forget(self, name: str) -> None:
+        pass
+
     def update_from(self, view: ClusterView) -> None:
         self.brokers = dict(view.brokers)
         self.controller_id = view.controller_id
@@ -365,6 +362,12 @@ class ClusterMember:
         await self._register()
         await self._step()
         task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self.broker.config.auto_leader_rebalance_enable:
+                nursery.start_soon(self._run_leader_rebalance)
+            await self._run_sync()
+
+    async def _run_sync(self) -> None:
         while True:
             await self._nudge.wait()
             await trio.sleep(self.SYNC_COALESCE_SECONDS)
@@ -548,6 +551,48 @@ class ClusterMember:
             except NoNodeError:
                 pass
         log.info("Deleted topic %s", name)
+
+    # ---- automatic preferred leader election (auto.leader.rebalance.enable) --------------------
+
+    async def _run_leader_rebalance(self) -> None:
+        interval = max(self.broker.config.leader_imbalance_check_interval_seconds, 0.1)
+        while True:
+            await trio.sleep(interval)
+            if not self.is_controller:
+                continue
+            try:
+                await self.rebalance_leaders()
+            except StoreError as exc:
+                log.warning("Leader rebalance failed (%s); will retry", exc)
+
+    async def rebalance_leaders(self) -> int:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: for every broker whose share of partitions
+        it should lead (first replica) but does not is above leader.imbalance.per.broker.percentage,
+        move those partitions' leadership back to it when it is alive and in the ISR. Returns the
+        number of partitions moved."""
+        view = self.view
+        eligible = set(view.brokers) - view.shutting_down
+        by_preferred: dict[int, list[PartitionState]] = {}
+        for state in view.all_states():
+            if state.topic not in view.deleting and state.replicas:
+                by_preferred.setdefault(state.replicas[0], []).append(state)
+        ratio = self.broker.config.leader_imbalance_per_broker_percentage / 100
+        moved = 0
+        for preferred, states in by_preferred.items():
+            if preferred not in eligible:
+                continue
+            imbalanced = [s for s in states if s.leader != preferred]
+            if not imbalanced or len(imbalanced) / len(states) <= ratio:
+                continue
+            for state in imbalanced:
+                if preferred in state.isr:
+                    raw = view.raw_states[(state.topic, state.partition)][0]
+                    if await self._write_state(state, raw, preferred, list(state.isr)):
+                        moved += 1
+        if moved:
+            log.info("Moved leadership of %d partition(s) back to their preferred replicas", moved)
+            self._nudge.set()
+        return moved
 
     # ---- applying the view to this broker ------------------------------------------------------
 

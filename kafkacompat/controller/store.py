@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -175,6 +176,8 @@ class EmbeddedTree:
         self._nodes: dict[str, _Node] = {"/": _Node(b"")}
         self._watches: list[tuple[str, bool, Watch, Callable[[], None], object]] = []
         self._session_ids = itertools.count(1)
+        self._deferred = 0        # deferred_save() nesting
+        self._dirty = False
         self.persist_path = Path(persist_path) if persist_path else None
         if self.persist_path is not None and self.persist_path.exists():
             self._load()
@@ -195,9 +198,31 @@ class EmbeddedTree:
                                       entry.get("cversion", 0))
             self._nodes[_parent(path)].children.add(path.rsplit("/", 1)[1])
 
+    @contextmanager
+    def deferred_save(self):
+        """Several changes, one write of the file (at the end of the outermost block)."""
+        with self._lock:
+            self._deferred += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._deferred -= 1
+                if self._deferred == 0 and self._dirty:
+                    self._save()
+
+    def save_now(self) -> None:
+        with self._lock:
+            self._dirty = True
+            self._save()
+
     def _save(self) -> None:
         if self.persist_path is None:
             return
+        if self._deferred:
+            self._dirty = True
+            return
+        self._dirty = False
         entries = {
             path: {"data": node.data.decode("latin-1"), "version": node.version, "cversion": node.cversion}
             for path, node in self._nodes.items() if node.owner is None

@@ -303,7 +303,7 @@ class GroupCoordinator:
         metadata: dict[str, storage.GroupMetadataValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         position = partition.log_start_offset
-        end = partition.high_watermark
+        end = partition.log_end_offset  # as Kafka: a new leader loads to its log end
         chunk = max(self.config.offsets_load_buffer_size, 1)
         while position < end:
             result = partition.log.read(position, chunk, max_offset=end, min_one_batch=True)

@@ -184,6 +184,9 @@ def _error_result(topic_cls, name: str | None, code: int, message: str | None):
 async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
+    cluster = getattr(ctx.broker, "cluster", None)
+    if cluster is not None:
+        await cluster.refresh()  # check names and live brokers against the store, not a cache a beat behind
     duplicates = _duplicates(topic.name for topic in request.topics)
     results = []
     for topic in request.topics:

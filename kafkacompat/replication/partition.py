@@ -324,6 +324,23 @@ class Partition:
             return 0
         return None
 
+    async def wait_replicated(self, required_offset: int, leader_epoch: int, timeout_ms: int) -> int:
+        """Kafka's DelayedProduce for one internal acks=-1 append (offset commits): 0 once the
+        high watermark passes ``required_offset``, else the error code (REQUEST_TIMED_OUT at the
+        timeout)."""
+        with trio.move_on_after(max(timeout_ms, 0) / 1000):
+            while True:
+                status = self.replication_status(required_offset, leader_epoch)
+                if status is not None:
+                    return status
+                event = trio.Event()
+                self.add_waiter(event)
+                try:
+                    await event.wait()
+                finally:
+                    self.remove_waiter(event)
+        return ErrorCode.REQUEST_TIMED_OUT
+
     # ---- reads -----------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> "ReadResult":

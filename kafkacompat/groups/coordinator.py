@@ -244,12 +244,13 @@ class GroupCoordinator:
         count = topic.partitions if topic is not None else self.config.offsets_topic_num_partitions
         return storage.partition_for(group_id, count)
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Write records for a group to its __consumer_offsets partition; raises on failure."""
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]):
+        """Write records for a group to its __consumer_offsets partition; raises on failure.
+        Returns (partition, offset after the batch, leader epoch) for `Partition.wait_replicated`."""
         from kafkacompat.wire.records import validate_batches
 
         if not records:
-            return
+            return None
         self.ensure_offsets_topic()
         partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
         if partition is None:
@@ -257,7 +258,8 @@ class GroupCoordinator:
         batch = storage.build_batch(records, self.wall_clock(), self.config.offsets_topic_compression_codec)
         view = memoryview(batch)
         headers = validate_batches(view, partition.log.config.max_message_bytes)
-        partition.append(view, headers)
+        info = partition.append(view, headers)
+        return partition, info.last_offset + 1, partition.leader_epoch
 
     def _group_metadata_record(self, group: Group, assignment: dict[str, bytes] | None = None):
         members = [
@@ -887,8 +889,10 @@ class GroupCoordinator:
 
     def commit_offsets(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
                        partitions: list[CommitPartition], *, retention_ms: int = -1,
-                       version: int = 8) -> list[int]:
-        """Per-partition error codes, in the order of ``partitions``; acknowledged after the append."""
+                       version: int = 8, replication: list | None = None) -> list[int]:
+        """Per-partition error codes, in the order of ``partitions``; acknowledged after the append.
+        With a ``replication`` list, the append's (partition, offset, epoch) is added to it: the
+        caller answers only once the ISR has it (Kafka appends commits with acks=-1)."""
         error = self._check_group_id(group_id)
         group = self.groups.get(group_id) if not error else None
         created = False
@@ -930,7 +934,9 @@ class GroupCoordinator:
             self._reschedule_heartbeat(group, member)
         if records:
             try:
-                self._append(group_id, records)
+                appended = self._append(group_id, records)
+                if replication is not None and appended is not None:
+                    replication.append(appended)
             except (KafkaError, OSError) as exc:
                 log.warning("Could not store offsets of group %s: %s", group_id, exc)
                 code = _commit_error(exc)

@@ -32,7 +32,9 @@ TXN_INDEX_SUFFIX = ".txnindex"  # written by Kafka for transactions; removed wit
 MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 INT32_MAX = 2**31 - 1
 _SCAN_BLOCK = 8192  # bytes read at a time while walking batch headers
-_TAIL_BATCHES = 128  # headers of the last appended batches kept for reads at the log end
+# Headers of the last appended batches kept for reads at the log end: a consumer waiting there
+# reads the last one or two. Each costs ~340 bytes (a BatchHeader and its ints) per partition.
+_TAIL_BATCHES = 16
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:

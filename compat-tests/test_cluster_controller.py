@@ -118,7 +118,12 @@ def test_dev_cluster_prints_a_working_bootstrap(tmp_path, topic_name):
         assert bootstrap == f"127.0.0.1:{port},127.0.0.1:{port + 1},127.0.0.1:{port + 2}", "".join(lines)
         create_topic(bootstrap, topic_name, 3, 3)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        md = admin.list_topics(timeout=10)
+        deadline = time.monotonic() + 30
+        while True:  # every broker's metadata catches up with the store within moments
+            md = admin.list_topics(timeout=10)
+            if topic_name in md.topics or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert sorted(md.brokers) == [0, 1, 2]
         assert all(sorted(p.replicas) == [0, 1, 2] for p in md.topics[topic_name].partitions.values())
         produce_and_consume(bootstrap, topic_name)

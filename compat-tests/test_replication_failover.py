@@ -382,7 +382,8 @@ def test_consumer_group_survives_coordinator_failover_without_losing_commits(tmp
 
         def produce(n: int) -> None:
             for _ in range(n):
-                producer.produce(topic_name, value=b"g-%06d" % next(counter))
+                i = next(counter)
+                producer.produce(topic_name, value=b"g-%06d" % i, partition=i % 3)
             assert producer.flush(30) == 0
 
         produce(60)
@@ -434,6 +435,7 @@ def test_consumer_group_survives_coordinator_failover_without_losing_commits(tmp
         finally:
             consumer.close()
         assert sorted(seen) == sorted(set(seen)) and len(seen) == 120
+        assert committed == {0: 40, 1: 40, 2: 40}
 
         # The committed offsets survived on the new coordinator: a fresh member resumes after them.
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

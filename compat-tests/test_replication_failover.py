@@ -353,6 +353,9 @@ def test_controller_killed_new_controller_elected_cluster_serves(tmp_path, topic
         new = md.controller_id
         for b in survivors:
             assert cluster.metadata(b).controller_id == new
+            admin = AdminClient({"bootstrap.servers": cluster.brokers[b].bootstrap})
+            described = admin.describe_cluster(request_timeout=10).result(timeout=15)  # DescribeCluster agrees
+            assert described.controller.id == new and sorted(n.id for n in described.nodes) == survivors
         bootstrap = ",".join(cluster.brokers[b].bootstrap for b in survivors)
         create_topic(bootstrap, topic_name, 2, 2, min_insync_replicas=2)
         cluster.wait_for(lambda md: all_led_with_isr(md, topic_name, 2, set(survivors)), broker_id=survivors[0])

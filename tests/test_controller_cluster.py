@@ -368,3 +368,22 @@ async def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(tm
                             pass  # stale view or replication got there first: look again
                     await trio.sleep(0.05)
         await wait_for(lambda: [s.leader for s in states(b0, "rebalance")] == [1, 1, 0], timeout=20)
+
+
+@trio_test
+async def test_a_deposed_controller_is_fenced_by_the_controller_epoch(tmp_path):
+    async with running_cluster(tmp_path) as cluster:
+        b0 = cluster.brokers[0]
+        await b0.admin_create_topic("fenced", 1, 3, {}, assignment={0: [0, 1, 2]})
+        await wait_for(lambda: len(controllers(cluster)) == 1)
+        zombie = cluster.brokers[controllers(cluster)[0]].cluster
+        state = zombie.view.state("fenced", 0)
+        raw = zombie.view.raw_states[("fenced", 0)][0]
+        # A successor took a newer epoch (as after an election the zombie has not noticed yet).
+        store = zombie.store
+        data, version = await store.get(CONTROLLER_EPOCH)
+        await store.set(CONTROLLER_EPOCH, str(int(data) + 1).encode(), version)
+        assert not await zombie._write_state(state, raw, 2, [2])
+        assert not zombie.is_controller
+        data, written = await store.get(state_path("fenced", 0))
+        assert written == state.partition_epoch and b'"leader":0' in data

@@ -253,3 +253,43 @@ def test_an_unreadable_store_stops_the_start(tmp_path):
     (tmp_path / "metadata-store.json").write_text("{not json")
     with pytest.raises(RuntimeError, match="cannot read the metadata store"):
         TopicRegistry(tmp_path).load()
+
+
+@trio_test
+async def test_multi_is_all_or_nothing(stores):
+    from kafkacompat.controller.store import Op
+
+    store = await stores.open()
+    try:
+        await store.create("/m/epoch", b"1")
+        await store.create("/m/state", b"a")
+        await store.multi([Op.check("/m/epoch", 0), Op.set("/m/state", b"b", 0), Op.create("/m/new", b"n")])
+        assert await store.get("/m/state") == (b"b", 1)
+        assert await store.get("/m/new") == (b"n", 0)
+        await store.set("/m/epoch", b"2")  # a newer controller
+        with pytest.raises(BadVersionError):
+            await store.multi([Op.check("/m/epoch", 0), Op.set("/m/state", b"zombie", 1)])
+        assert await store.get("/m/state") == (b"b", 1)
+        with pytest.raises(NodeExistsError):
+            await store.multi([Op.set("/m/state", b"c", 1), Op.create("/m/new", b"again")])
+        assert await store.get("/m/state") == (b"b", 1)
+        with pytest.raises(NoNodeError):
+            await store.multi([Op.delete("/m/missing")])
+        await store.multi([Op.delete("/m/new", 0), Op.set("/m/state", b"d")])
+        assert await store.exists("/m/new") is None and await store.get("/m/state") == (b"d", 2)
+    finally:
+        await stores.close()
+
+
+@trio_test
+async def test_get_many(stores):
+    store = await stores.open()
+    try:
+        await store.create("/g/a", b"1")
+        await store.create("/g/b", b"2")
+        await store.set("/g/b", b"3")
+        assert await store.get_many(["/g/a", "/g/b", "/g/none"]) == {
+            "/g/a": (b"1", 0), "/g/b": (b"3", 1), "/g/none": None}
+        assert await store.get_many([]) == {}
+    finally:
+        await stores.close()

@@ -43,6 +43,7 @@ from kafkacompat.controller.store import (
     MetadataStore,
     NodeExistsError,
     NoNodeError,
+    Op,
     StoreError,
     encode_json,
 )
@@ -191,29 +192,47 @@ def broker_info_json(info: BrokerInfo) -> dict:
 
 
 async def read_cluster(store: MetadataStore) -> ClusterView:
+    """The whole cluster as the store has it: a few listings, then the nodes in two batched reads
+    (topics and configs, then partition states)."""
+    import json
+
+    def decoded(found: tuple[bytes, int] | None) -> tuple[dict, int] | None:
+        if found is None:
+            return None
+        data, version = found
+        return (json.loads(data) if data else {}), version
+
     view = ClusterView()
-    for name in await store.children_or_empty(BROKER_IDS):
-        found = await store.get_json(f"{BROKER_IDS}/{name}")
+    broker_names = await store.children_or_empty(BROKER_IDS)
+    topic_names = await store.children_or_empty(TOPICS)
+    view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
+    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN)}
+    first = await store.get_many(
+        [CONTROLLER] + [f"{BROKER_IDS}/{b}" for b in broker_names]
+        + [topic_path(t) for t in topic_names] + [f"{CONFIG_TOPICS}/{t}" for t in topic_names]
+    )
+    controller = decoded(first[CONTROLLER])
+    view.controller_id = int(controller[0]["brokerid"]) if controller else -1
+    for name in broker_names:
+        found = decoded(first[f"{BROKER_IDS}/{name}"])
         if found is not None:
             data = found[0]
             view.brokers[int(name)] = BrokerInfo(int(name), data["host"], int(data["port"]), data.get("rack"))
-    controller = await store.get_json(CONTROLLER)
-    view.controller_id = int(controller[0]["brokerid"]) if controller else -1
-    view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
-    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN)}
-    for name in await store.children_or_empty(TOPICS):
-        found = await store.get_json(topic_path(name))
+    for name in topic_names:
+        found = decoded(first[topic_path(name)])
         if found is None:
             continue
         data = found[0]
         assignment = {int(p): tuple(int(r) for r in replicas) for p, replicas in data.get("partitions", {}).items()}
-        config = await store.get_json(f"{CONFIG_TOPICS}/{name}")
+        config = decoded(first[f"{CONFIG_TOPICS}/{name}"])
         topic_id = decode_topic_id(data["topic_id"]) if data.get("topic_id") else uuid.UUID(int=0)
         view.topics[name] = TopicRecord(name, topic_id, assignment, dict(config[0].get("config", {})) if config else {})
-        for partition in assignment:
-            raw = await store.get_json(state_path(name, partition))
-            if raw is not None:
-                view.raw_states[(name, partition)] = raw
+    keys = [(name, p) for name, record in view.topics.items() for p in record.assignment]
+    states = await store.get_many([state_path(name, p) for name, p in keys])
+    for name, partition in keys:
+        raw = decoded(states[state_path(name, partition)])
+        if raw is not None:
+            view.raw_states[(name, partition)] = raw
     return view
 
 
@@ -340,6 +359,7 @@ class ClusterMember:
         self.view = ClusterView()
         self.is_controller = False
         self.controller_epoch = 0
+        self._epoch_version = -1  # /controller_epoch's node version after our bump (the fence)
         self._nudge = _Nudge()
         self._watched: set[tuple[str, bool]] = set()
         self._applied: dict[tuple[str, int], PartitionState] = {}
@@ -423,7 +443,7 @@ class ClusterMember:
             except NodeExistsError:
                 self.is_controller = False
                 return
-            self.controller_epoch = await self._bump_controller_epoch()
+            self.controller_epoch, self._epoch_version = await self._bump_controller_epoch()
             self.is_controller = True
             log.info("Broker %d is the controller (epoch %d)", self.node_id, self.controller_epoch)
             return
@@ -435,24 +455,41 @@ class ClusterMember:
                 mine = False
         if self.is_controller and not mine:
             log.info("Broker %d is no longer the controller", self.node_id)
+        if mine and await self.store.exists(CONTROLLER_EPOCH) != self._epoch_version:
+            # We hold /controller but the epoch moved (or we were fenced): take a new epoch.
+            self.controller_epoch, self._epoch_version = await self._bump_controller_epoch()
+            log.info("Broker %d is the controller (epoch %d)", self.node_id, self.controller_epoch)
         self.is_controller = mine
 
-    async def _bump_controller_epoch(self) -> int:
+    async def _bump_controller_epoch(self) -> tuple[int, int]:
+        """(new epoch, its node version)."""
         while True:
             found = await self.store.get_or_none(CONTROLLER_EPOCH)
             if found is None:
                 try:
                     await self.store.create(CONTROLLER_EPOCH, b"1")
-                    return 1
+                    return 1, 0
                 except NodeExistsError:
                     continue
             data, version = found
             epoch = int(data or b"0") + 1
             try:
-                await self.store.set(CONTROLLER_EPOCH, str(epoch).encode(), version)
-                return epoch
+                return epoch, await self.store.set(CONTROLLER_EPOCH, str(epoch).encode(), version)
             except BadVersionError:
                 continue
+
+    def _fence(self, ops: list[Op]) -> list[Op]:
+        """A controller's writes carry a check of /controller_epoch's version (Kafka's ZooKeeper
+        mode does the same multi-op check), so a deposed controller that has not noticed yet
+        cannot overwrite what its successor decided."""
+        if self.is_controller:
+            return [Op.check(CONTROLLER_EPOCH, self._epoch_version), *ops]
+        return ops
+
+    async def _check_fenced(self) -> None:
+        if self.is_controller and await self.store.exists(CONTROLLER_EPOCH) != self._epoch_version:
+            log.warning("Broker %d was fenced: a newer controller epoch exists", self.node_id)
+            self.is_controller = False
 
     async def _step(self) -> None:
         """One round: registration and election (both idempotent), read the store, reconcile if
@@ -515,11 +552,16 @@ class ClusterMember:
                         continue
                     payload = {"version": 1, "leader": live[0], "leader_epoch": 0, "isr": live,
                                "controller_epoch": self.controller_epoch}
+                    await self.store.ensure_path(state_path(name, partition).rsplit("/", 1)[0])
                     try:
-                        await self.store.create(state_path(name, partition), encode_json(payload))
-                        changed = True
+                        await self.store.multi(self._fence([Op.create(state_path(name, partition),
+                                                                      encode_json(payload))]))
                     except NodeExistsError:
-                        changed = True
+                        pass
+                    except BadVersionError:
+                        await self._check_fenced()
+                        return True
+                    changed = True
                     continue
                 state = view.state(name, partition)
                 assert state is not None
@@ -534,9 +576,11 @@ class ClusterMember:
     async def _write_state(self, state: PartitionState, raw: dict, leader: int, isr: list[int]) -> bool:
         epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
         payload = dict(raw, leader=leader, leader_epoch=epoch, isr=list(isr), controller_epoch=self.controller_epoch)
+        path = state_path(state.topic, state.partition)
         try:
-            await self.store.set(state_path(state.topic, state.partition), encode_json(payload), state.partition_epoch)
+            await self.store.multi(self._fence([Op.set(path, encode_json(payload), state.partition_epoch)]))
         except (BadVersionError, NoNodeError):
+            await self._check_fenced()
             self._nudge.set()  # somebody wrote first: re-read and decide again
             return False
         if leader != state.leader:

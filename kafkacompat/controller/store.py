@@ -53,6 +53,33 @@ class NotEmptyError(StoreError):
     pass
 
 
+@dataclass(frozen=True)
+class Op:
+    """One operation of ``MetadataStore.multi``: kind is "check" (the node's version must be
+    ``version``), "create", "set" (``version`` -1: any) or "delete"."""
+
+    kind: str
+    path: str
+    data: bytes = b""
+    version: int = -1
+
+    @classmethod
+    def check(cls, path: str, version: int) -> "Op":
+        return cls("check", path, b"", version)
+
+    @classmethod
+    def create(cls, path: str, data: bytes = b"") -> "Op":
+        return cls("create", path, data)
+
+    @classmethod
+    def set(cls, path: str, data: bytes, version: int = -1) -> "Op":
+        return cls("set", path, data, version)
+
+    @classmethod
+    def delete(cls, path: str, version: int = -1) -> "Op":
+        return cls("delete", path, b"", version)
+
+
 class Watch:
     """A registered watch; ``cancel()`` stops its callbacks."""
 
@@ -94,6 +121,12 @@ class MetadataStore(ABC):
         """Raises NoNodeError, BadVersionError, NotEmptyError (children, not recursive)."""
 
     @abstractmethod
+    async def multi(self, ops: list[Op]) -> None:
+        """All the operations or none (ZooKeeper's multi): raises the error of the first that
+        fails (BadVersionError, NoNodeError, NodeExistsError, NotEmptyError). Creates are
+        persistent and need their parent."""
+
+    @abstractmethod
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
         """Call ``callback()`` on this Trio thread whenever the node's data (or, with children=True,
         its list of children) changes, it is created or deleted, and after a session loss.
@@ -129,6 +162,10 @@ class MetadataStore(ABC):
             return None
         data, version = found
         return (json.loads(data) if data else {}), version
+
+    async def get_many(self, paths: list[str]) -> dict[str, tuple[bytes, int] | None]:
+        """Several nodes at once (None for a missing one); ZooKeeper pipelines the reads."""
+        return {path: await self.get_or_none(path) for path in paths}
 
     async def children_or_empty(self, path: str) -> list[str]:
         try:
@@ -340,6 +377,47 @@ class EmbeddedTree:
             self._save()
             self._fire(removed, changed_children={_parent(p) for p in removed})
 
+    def multi(self, ops: list[Op]) -> None:
+        with self._lock:
+            exists = {}  # the state the earlier ops of this transaction leave behind
+
+            def version_of(path: str):
+                if path in exists:
+                    return exists[path]
+                node = self._nodes.get(path)
+                return None if node is None else node.version
+
+            for op in ops:
+                current = version_of(op.path)
+                if op.kind == "create":
+                    if current is not None:
+                        raise NodeExistsError(op.path)
+                    if version_of(_parent(op.path)) is None:
+                        raise NoNodeError(_parent(op.path))
+                    exists[op.path] = 0
+                    continue
+                if current is None:
+                    raise NoNodeError(op.path)
+                if op.version != -1 and op.version != current:
+                    raise BadVersionError(f"{op.path}: version {current}, expected {op.version}")
+                if op.kind == "set":
+                    exists[op.path] = current + 1
+                elif op.kind == "delete":
+                    node = self._nodes.get(op.path)
+                    if node is not None and node.children:
+                        raise NotEmptyError(op.path)
+                    exists[op.path] = None
+                elif op.kind != "check":
+                    raise ValueError(f"unknown multi op {op.kind!r}")
+            with self.deferred_save():
+                for op in ops:
+                    if op.kind == "create":
+                        self.create(op.path, op.data, None, False, False)
+                    elif op.kind == "set":
+                        self.set(op.path, op.data, -1)
+                    elif op.kind == "delete":
+                        self.delete(op.path, -1, False)
+
     def _remove(self, path: str) -> None:
         del self._nodes[path]
         parent = self._nodes.get(_parent(path))
@@ -422,6 +500,10 @@ class EmbeddedStore(MetadataStore):
     async def ephemeral_owner(self, path: str) -> int | None:
         self._check_open()
         return self.tree.owner(path)
+
+    async def multi(self, ops: list[Op]) -> None:
+        self._check_open()
+        self.tree.multi(ops)
 
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
         self._check_open()

@@ -195,3 +195,15 @@ def produce_and_consume_group(bootstrap: str, topic: str, group: str, values) ->
             time.sleep(0.5)
     consumer.close()
     assert sorted(seen) == sorted(wanted)
+
+
+def test_serve_without_a_reachable_zookeeper_exits_with_a_message(tmp_path):
+    port = free_port()  # nothing listens there
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkacompat", "serve", "--port", str(free_port()), "--data-dir", str(tmp_path / "d"),
+         "--zookeeper", f"127.0.0.1:{port}", "--set", "zookeeper.connection.timeout.ms=1000"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert f"cannot connect to ZooKeeper at 127.0.0.1:{port}" in result.stderr
+    assert "Traceback" not in result.stderr

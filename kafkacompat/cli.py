@@ -102,8 +102,32 @@ def run_serve(args: argparse.Namespace) -> None:
     configure_logging(args.log_level)
     config = load_config_or_exit(args)
     from kafkacompat.broker import run_broker  # imported here: it pulls in trio and the whole broker
+    from kafkacompat.controller.store import StoreError
 
-    run_broker(config)
+    try:
+        run_broker(config)
+    except BaseException as exc:  # noqa: BLE001 - looking for a store error inside exception groups
+        store_error = _find_exception(exc, StoreError)
+        if store_error is None:
+            raise
+        print(f"kafkacompat: metadata store error: {store_error}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _find_exception(exc: BaseException, kind: type) -> BaseException | None:
+    """``exc`` or the first exception of type ``kind`` inside it (exception groups, causes)."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return current
+        stack.extend(getattr(current, "exceptions", ()))
+        stack.extend((current.__cause__, current.__context__))
+    return None
 
 
 def load_config_or_exit(args: argparse.Namespace) -> BrokerConfig:

@@ -159,7 +159,9 @@ class GroupCoordinator:
         self._timers = _Timers()
         # In a cluster: the __consumer_offsets partitions this broker leads (their groups are
         # loaded here); None on a single node, which coordinates every group.
-        self.owned_partitions: set[int] | None = None
+        # A cluster member owns none until the controller makes it a leader (NOT_COORDINATOR until
+        # then, which clients answer by looking the coordinator up again).
+        self.owned_partitions: set[int] | None = set() if getattr(broker, "clustered", False) else None
 
     # ---- time and timers ----------------------------------------------------------------------
 

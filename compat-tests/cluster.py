@@ -25,7 +25,7 @@ class ZooKeeperCluster:
     def __init__(self, tmp_path: Path, brokers: int = 3, *, extra_args: list[str] | None = None,
                  racks: list[str] | None = None) -> None:
         if not zookeeper_available():
-            pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+            pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
         self.tmp_path = Path(tmp_path)
         self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper")
         self.count = brokers

@@ -17,7 +17,7 @@ import pytest
 from cluster import ZooKeeperCluster
 from kafkacompat.testing.process import free_port
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
+import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 
@@ -148,7 +148,6 @@ def _port_taken(port: int) -> bool:
 
 
 def test_group_coordinator_moves_with_offsets_leadership(tmp_path, topic_name):
-    pytest.importorskip("kafkacompat.replication.fetcher")  # needs replicated __consumer_offsets
     from kafkacompat.groups.storage import partition_for
 
     with ZooKeeperCluster(tmp_path, brokers=3) as cluster:

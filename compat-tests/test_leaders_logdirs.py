@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
+import confluent_kafka
 from confluent_kafka import ElectionType, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 

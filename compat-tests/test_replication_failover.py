@@ -26,7 +26,7 @@ import pytest
 
 from cluster import ZooKeeperCluster
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
+import confluent_kafka
 from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 

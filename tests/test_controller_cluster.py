@@ -28,7 +28,7 @@ def trio_test(fn):
 @pytest.fixture(scope="module")
 def zookeeper(tmp_path_factory):
     if not zookeeper_available():
-        pytest.skip("ZooKeeper is not installed (apt-get install zookeeper)")
+        pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
     server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
     yield server
     server.stop()

@@ -8,6 +8,8 @@ module so the contract's asserts report values.
 
 from __future__ import annotations
 
+import functools
+
 import asyncio
 import contextlib
 import itertools
@@ -674,3 +676,20 @@ class RawConnection:
         except socket.timeout:
             return False
         return data == b""
+
+
+@functools.cache
+def _admin_for(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def admin(broker):
+    """One confluent AdminClient per broker for the test, kept alive: a destroyed client fails its
+    futures. compat-tests/conftest.py drops them after each test."""
+    return _admin_for(broker.bootstrap)
+
+
+def drop_admin_clients() -> None:
+    _admin_for.cache_clear()

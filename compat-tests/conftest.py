@@ -9,6 +9,14 @@ import pytest
 from kafkacompat.testing.process import BrokerProcess
 
 
+@pytest.fixture(autouse=True)
+def _drop_admin_clients():
+    yield
+    from clients import drop_admin_clients
+
+    drop_admin_clients()
+
+
 @pytest.fixture
 def broker_factory(tmp_path):
     started: list[BrokerProcess] = []

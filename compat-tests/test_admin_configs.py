@@ -4,13 +4,11 @@ and resource types the clients do not expose."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
-    AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -20,29 +18,13 @@ from confluent_kafka.admin import (
 )
 
 pytest.register_assert_rewrite("clients")
-from clients import RawConnection  # noqa: E402
+from clients import RawConnection, admin  # noqa: E402
 
 from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
 TIMEOUT = 15
-
-
-@functools.cache
-def _admin_for(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def admin(broker) -> AdminClient:
-    """One AdminClient per broker for the test, kept alive: a destroyed client fails its futures."""
-    return _admin_for(broker.bootstrap)
-
-
-@pytest.fixture(autouse=True)
-def _drop_admin_clients():
-    yield
-    _admin_for.cache_clear()
 
 
 @pytest.fixture

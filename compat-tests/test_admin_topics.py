@@ -3,37 +3,20 @@ AdminClient, kafka-python's KafkaAdminClient) and, for what clients never send, 
 
 from __future__ import annotations
 
-import functools
 import json
 import uuid
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import NewPartitions, NewTopic
 
 pytest.register_assert_rewrite("clients")
-from clients import RawConnection  # noqa: E402
+from clients import RawConnection, admin  # noqa: E402
 
 from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 TIMEOUT = 15
-
-
-@functools.cache
-def _admin_for(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
-
-
-def admin(broker) -> AdminClient:
-    """One AdminClient per broker for the test, kept alive: a destroyed client fails its futures."""
-    return _admin_for(broker.bootstrap)
-
-
-@pytest.fixture(autouse=True)
-def _drop_admin_clients():
-    yield
-    _admin_for.cache_clear()
 
 
 def outcome(future) -> int:

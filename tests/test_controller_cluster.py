@@ -5,7 +5,6 @@ creation and deletion, and every broker's metadata cache agreeing."""
 
 from __future__ import annotations
 
-import functools
 from contextlib import asynccontextmanager
 
 import pytest
@@ -14,24 +13,8 @@ import trio
 from kafkacompat.controller.controller import CONTROLLER_EPOCH, assign_replicas, decide_state, state_path
 from kafkacompat.controller.dev_cluster import InProcessCluster
 from kafkacompat.controller.state import PartitionState
-from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
+from tests.conftest import trio_test
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-
-
-def trio_test(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return trio.run(functools.partial(fn, *args, **kwargs))
-    return wrapper
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    if not zookeeper_available():
-        pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
 
 
 @asynccontextmanager

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 
 import pytest
 import trio
@@ -15,23 +14,7 @@ from kafkacompat.controller.store import (
     NoNodeError,
     NotEmptyError,
 )
-from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
-
-
-def trio_test(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return trio.run(functools.partial(fn, *args, **kwargs))
-    return wrapper
-
-
-@pytest.fixture(scope="module")
-def zookeeper(tmp_path_factory):
-    if not zookeeper_available():
-        pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zk")).start()
-    yield server
-    server.stop()
+from tests.conftest import trio_test
 
 
 class Stores:

@@ -110,14 +110,10 @@ class LegacyReader:
     # for every topic and partition: each saved method call is measurable.
 
     def string(self) -> str:
-        buf = self.buf
-        start = self.pos + 2
-        length = INT16.unpack_from(buf, start - 2)[0]
-        end = start + length
-        if length < 0 or end > len(buf):
-            raise _bad_length("string", length, start, buf)
-        self.pos = end
-        return str(buf[start:end], "utf-8")
+        length = INT16.unpack_from(self.buf, self.pos)[0]
+        if length < 0:
+            raise _bad_length("string", length, self.pos + 2, self.buf)
+        return self.nullable_string()  # type: ignore[return-value]  # not null: checked above
 
     def nullable_string(self) -> str | None:
         buf = self.buf

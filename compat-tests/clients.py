@@ -405,6 +405,27 @@ class AioKafkaDriver(Driver):
 # ---- topics and independent views of the log -------------------------------------------------
 
 
+def kafka_python_group_consumer(bootstrap: str, topic: str, **config):
+    """A kafka-python 3 KafkaConsumer subscribed to ``topic`` in a group, returned only once its
+    metadata lists the topic's partitions.
+
+    kafka-python 3.0.12 can otherwise lose its own assignment: when its first JoinGroup beats the
+    topic's metadata, the leader assigns nothing and rebalances again as soon as the metadata
+    arrives; if that second SyncGroup straddles the end of a ``poll(timeout_ms=...)``, the leader's
+    own assignment snapshot already says "no rejoin needed", the next poll never awaits the join
+    task, and the consumer sits with no partitions forever. Kafka's default
+    group.initial.rebalance.delay.ms (3 s) hides the race; the tests run with 0.
+    """
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, **config)
+    deadline = time.monotonic() + 15
+    while not consumer.partitions_for_topic(topic):
+        assert time.monotonic() < deadline, f"kafka-python never saw metadata for {topic}"
+        time.sleep(0.05)
+    return consumer
+
+
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 

@@ -19,6 +19,9 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+pytest.register_assert_rewrite("clients")
+from clients import kafka_python_group_consumer  # noqa: E402
+
 FAST = ("--set", "group.initial.rebalance.delay.ms=0", "--set", "group.min.session.timeout.ms=1000")
 JS_DIR = Path(__file__).parent / "js"
 
@@ -56,11 +59,9 @@ def check_resume(broker, topic, consume) -> None:
 
 
 def kafka_python_consume(bootstrap: str, topic: str):
-    from kafka import KafkaConsumer
-
     def consume(group, until):
-        consumer = KafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
+        consumer = kafka_python_group_consumer(
+            bootstrap, topic, group_id=group, auto_offset_reset="earliest",
             enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500,
         )
         got = []
@@ -163,15 +164,14 @@ def test_kafkajs_resumes_after_commit(broker_factory, topic_name):
 
 
 def test_mixed_confluent_and_kafka_python_group_with_range_assignor(broker_factory, topic_name):
-    from kafka import KafkaConsumer
     from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     broker = broker_factory(*FAST)
     create_topic(broker.bootstrap, topic_name)
     group = f"g-{uuid.uuid4().hex[:8]}"
     produce(broker.bootstrap, topic_name, FIRST)
-    kp = KafkaConsumer(
-        topic_name, bootstrap_servers=broker.bootstrap, group_id=group, auto_offset_reset="earliest",
+    kp = kafka_python_group_consumer(
+        broker.bootstrap, topic_name, group_id=group, auto_offset_reset="earliest",
         enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
         partition_assignment_strategy=[RangePartitionAssignor],
     )

@@ -7,14 +7,15 @@ import logging
 import signal
 import time
 import uuid
-import base64
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trio
 
 from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
-from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
+from kafkacompat.controller.topics import (
+    TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id, new_cluster_id, validate_topic_name,
+)
 from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.log import LogCleaner, LogConfig, LogManager
 from kafkacompat.replication.fetcher import ReplicaFetcherManager
@@ -43,6 +44,10 @@ log = logging.getLogger("kafkacompat.broker")
 META_PROPERTIES = "meta.properties"
 
 _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version_response)
+
+
+class StartupError(Exception):
+    """The broker refuses to start for a reason the user must fix (the message says how)."""
 
 
 def _import_handlers() -> tuple:
@@ -104,6 +109,9 @@ class Broker:
         self.logs.close()
 
     def _load_or_create_meta_properties(self) -> str:
+        """The cluster id from meta.properties. A single node makes one up on first start; a
+        clustered broker leaves it empty until it has joined (adopt_cluster_id), as Kafka takes it
+        from ZooKeeper."""
         path = self.data_dir / META_PROPERTIES
         props: dict[str, str] = {}
         if path.exists():
@@ -113,15 +121,35 @@ class Broker:
                     props[key.strip()] = value.strip()
             stored = props.get("node.id", props.get("broker.id"))
             if stored is not None and int(stored) != self.node_id:
-                raise RuntimeError(
+                raise StartupError(
                     f"the data dir {self.data_dir} belongs to broker {stored}, not {self.node_id}: "
                     f"start with --broker-id {stored} or use another --data-dir"
                 )
             if props.get("cluster.id"):
                 return props["cluster.id"]
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        path.write_text(f"#kafkacompat\nversion=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+        if self.clustered:
+            return ""
+        cluster_id = new_cluster_id()
+        self._write_meta_properties(cluster_id)
         return cluster_id
+
+    def _write_meta_properties(self, cluster_id: str) -> None:
+        (self.data_dir / META_PROPERTIES).write_text(
+            f"#kafkacompat\nversion=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n")
+
+    def adopt_cluster_id(self, cluster_id: str) -> None:
+        """The metadata store's cluster id, on joining. A data dir that already belongs to another
+        cluster is refused (Kafka's InconsistentClusterIdException): joining would serve, and then
+        delete as strays, logs of a different cluster."""
+        if self.cluster_id and self.cluster_id != cluster_id:
+            raise StartupError(
+                f"the cluster id {cluster_id} in the metadata store does not match {self.cluster_id} in "
+                f"{self.data_dir / META_PROPERTIES}: this broker is trying to join the wrong cluster; "
+                f"check zookeeper.connect (and its chroot) or use another --data-dir"
+            )
+        if not self.cluster_id:
+            self._write_meta_properties(cluster_id)
+        self.cluster_id = cluster_id
 
     def _warn_about_stray_logs(self) -> None:
         for partition_log in self.logs.all_logs():
@@ -147,7 +175,14 @@ class Broker:
     def _open_partition(self, name: str, index: int) -> Partition:
         topic = self.topics.get(name)
         config = self._log_config_for_topic_name(name)
-        partition_log = self.logs.get(name, index) or self.logs.create(name, index, config)
+        partition_log = self.logs.get(name, index)
+        if partition_log is not None and topic is not None and self._belongs_to_other_topic(partition_log.dir, topic):
+            log.warning("The log of %s-%d on disk belongs to an earlier topic of that name (deleted and "
+                        "recreated while this broker was away); deleting it", name, index)
+            self.logs.delete_partition(name, index)
+            partition_log = None
+        if partition_log is None:
+            partition_log = self.logs.create(name, index, config)
         if topic is not None:
             self._write_partition_metadata(partition_log.dir, topic.topic_id)
         partition = Partition(
@@ -159,6 +194,33 @@ class Broker:
         self.partitions[(name, index)] = partition
         return partition
 
+    @staticmethod
+    def _topic_id_on_disk(partition_dir: Path) -> uuid.UUID | None:
+        """The topic id in a partition directory's partition.metadata, if it has a readable one."""
+        try:
+            for line in (partition_dir / "partition.metadata").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key.strip() == "topic_id":
+                    return decode_topic_id(value.strip())
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def _belongs_to_other_topic(self, partition_dir: Path, topic: TopicInfo) -> bool:
+        on_disk = self._topic_id_on_disk(partition_dir)
+        return on_disk is not None and topic.topic_id.int != 0 and on_disk != topic.topic_id
+
+    def delete_stray_logs(self, hosted: set[tuple[str, int]]) -> None:
+        """Once the first cluster view is in (cluster mode): logs on disk for partitions this broker
+        no longer hosts (topic deleted or replica moved while it was down) are deleted, as Kafka's
+        controller does with StopReplica when such a broker returns."""
+        for partition_log in self.logs.all_logs():
+            key = (partition_log.topic, partition_log.partition)
+            if key not in hosted and key not in self.partitions:
+                log.warning("Deleting the log of %s-%d: this broker hosts no such partition any more "
+                            "(its topic was deleted or the replica moved while the broker was away)", *key)
+                self.logs.delete_partition(*key)
+
     def _min_insync_replicas(self, topic: TopicInfo | None) -> int:
         effective = self.config.effective_topic_config(topic.configs if topic else {})
         return int(effective.get("min.insync.replicas", self.config.min_insync_replicas))
@@ -168,8 +230,7 @@ class Broker:
         """Kafka's partition.metadata file: the topic id a partition directory belongs to."""
         path = partition_dir / "partition.metadata"
         if not path.exists():
-            encoded = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
-            path.write_text(f"version: 0\ntopic_id: {encoded}\n")
+            path.write_text(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
 
     def create_topic(
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]

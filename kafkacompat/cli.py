@@ -101,16 +101,20 @@ def parse_key_value(text: str) -> tuple[str, str]:
 def run_serve(args: argparse.Namespace) -> None:
     configure_logging(args.log_level)
     config = load_config_or_exit(args)
-    from kafkacompat.broker import run_broker  # imported here: it pulls in trio and the whole broker
+    from kafkacompat.broker import StartupError, run_broker  # imported here: it pulls in trio and the whole broker
     from kafkacompat.controller.store import StoreError
 
     try:
         run_broker(config)
-    except BaseException as exc:  # noqa: BLE001 - looking for a store error inside exception groups
+    except BaseException as exc:  # noqa: BLE001 - looking for our errors inside exception groups
         store_error = _find_exception(exc, StoreError)
-        if store_error is None:
+        startup_error = _find_exception(exc, StartupError)
+        if store_error is not None:
+            print(f"kafkacompat: metadata store error: {store_error}", file=sys.stderr)
+        elif startup_error is not None:
+            print(f"kafkacompat: cannot start: {startup_error}", file=sys.stderr)
+        else:
             raise
-        print(f"kafkacompat: metadata store error: {store_error}", file=sys.stderr)
         raise SystemExit(1) from None
 
 

@@ -47,7 +47,9 @@ from kafkacompat.controller.store import (
     StoreError,
     encode_json,
 )
-from kafkacompat.controller.topics import TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id
+from kafkacompat.controller.topics import (
+    TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id, new_cluster_id,
+)
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -372,7 +374,7 @@ class ClusterMember:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         for path in (BROKER_IDS, TOPICS, DELETE_TOPICS, SHUTTING_DOWN, CONFIG_TOPICS):
             await self.store.ensure_path(path)
-        self.broker.cluster_id = await self._cluster_id()
+        self.broker.adopt_cluster_id(await self._cluster_id())
         self.store.add_session_listener(self._nudge.set)
         await self._watch(BROKER_IDS, children=True)
         await self._watch(TOPICS, children=True)
@@ -381,6 +383,7 @@ class ClusterMember:
         await self._watch(CONTROLLER)
         await self._register()
         await self._step()
+        self.broker.delete_stray_logs(self._assigned_here(self.view))
         task_status.started()
         async with trio.open_nursery() as nursery:
             if self.broker.config.auto_leader_rebalance_enable:
@@ -398,12 +401,17 @@ class ClusterMember:
                 await trio.sleep(self.RETRY_SECONDS)
                 self._nudge.set()
 
+    def _assigned_here(self, view: ClusterView) -> set[tuple[str, int]]:
+        return {(name, partition) for name, record in view.topics.items()
+                for partition, replicas in record.assignment.items() if self.node_id in replicas}
+
     async def _cluster_id(self) -> str:
         found = await self.store.get_json(CLUSTER_ID)
         if found is None:
+            proposed = self.broker.cluster_id or new_cluster_id()
             try:
-                await self.store.create(CLUSTER_ID, encode_json({"version": "1", "id": self.broker.cluster_id}))
-                return self.broker.cluster_id
+                await self.store.create(CLUSTER_ID, encode_json({"version": "1", "id": proposed}))
+                return proposed
             except NodeExistsError:
                 found = await self.store.get_json(CLUSTER_ID)
         assert found is not None

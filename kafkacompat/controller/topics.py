@@ -39,6 +39,11 @@ def encode_topic_id(topic_id: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
 
 
+def new_cluster_id() -> str:
+    """A fresh cluster id in Kafka's Uuid string form (the same base64 as topic ids)."""
+    return encode_topic_id(uuid.uuid4())
+
+
 def decode_topic_id(text: str) -> uuid.UUID:
     return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
 

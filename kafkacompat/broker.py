@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from kafkacompat.config import StartupError
 from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
 from kafkacompat.controller.topics import (
     TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id, new_cluster_id, validate_topic_name,
@@ -44,10 +45,6 @@ log = logging.getLogger("kafkacompat.broker")
 META_PROPERTIES = "meta.properties"
 
 _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version_response)
-
-
-class StartupError(Exception):
-    """The broker refuses to start for a reason the user must fix (the message says how)."""
 
 
 def _import_handlers() -> tuple:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from kafkacompat import __version__
-from kafkacompat.config import BrokerConfig, ConfigError
+from kafkacompat.config import BrokerConfig, ConfigError, StartupError
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -101,7 +101,7 @@ def parse_key_value(text: str) -> tuple[str, str]:
 def run_serve(args: argparse.Namespace) -> None:
     configure_logging(args.log_level)
     config = load_config_or_exit(args)
-    from kafkacompat.broker import StartupError, run_broker  # imported here: it pulls in trio and the whole broker
+    from kafkacompat.broker import run_broker  # imported here: it pulls in trio and the whole broker
     from kafkacompat.controller.store import StoreError
 
     try:

@@ -66,6 +66,10 @@ CLEANUP_POLICIES = ("compact", "delete")
 WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
+class StartupError(Exception):
+    """The broker refuses to start for a reason the user must fix (the message says how)."""
+
+
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used.
 

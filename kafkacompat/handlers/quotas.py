@@ -1,0 +1,92 @@
+"""DescribeClientQuotas and AlterClientQuotas (v0-1): client quotas per user / client-id / ip.
+
+The rules and the storage are in controller/client_quotas.py (Kafka's validation and filter
+matching; ZooKeeper mode's /config/users, /config/clients, /config/ips in the metadata store, so
+quotas survive restarts and every broker of a cluster sees them). Quotas are stored, not
+enforced: no client is throttled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kafkacompat.controller.client_quotas import (
+    ClientQuotaStore,
+    QuotaAlteration,
+    QuotaEntity,
+    parse_filter,
+)
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.broker import Broker
+
+DESCRIBE_CLIENT_QUOTAS = 48
+ALTER_CLIENT_QUOTAS = 49
+
+
+def quota_store(broker: "Broker") -> ClientQuotaStore:
+    """The cluster's metadata store, or the single node's embedded one (the topics' tree)."""
+    if broker.store is not None:
+        return ClientQuotaStore(broker.store)
+    if broker.clustered:
+        # Listening already, not yet connected to the cluster's store: as a forwarded request
+        # that finds no controller, the client retries.
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "The metadata store is not connected yet.")
+    from kafkacompat.controller.store import EmbeddedStore
+
+    return ClientQuotaStore(EmbeddedStore(broker.topics.tree))
+
+
+@handles(DESCRIBE_CLIENT_QUOTAS, 0, 1)
+async def handle_describe_client_quotas(request, ctx: RequestContext):
+    try:
+        quota_filter = parse_filter(
+            ((c.entity_type, c.match_type, c.match) for c in request.components or []), bool(request.strict))
+        found = await quota_store(ctx.broker).describe(quota_filter)
+    except KafkaError as error:
+        return response_for(DESCRIBE_CLIENT_QUOTAS, ctx, throttle_time_ms=0, error_code=error.code,
+                            error_message=error.message, entries=None)
+    entry_cls = response_class(DESCRIBE_CLIENT_QUOTAS).EntryData
+    entity_cls, value_cls = entry_cls.EntityData, entry_cls.ValueData
+    entries = [
+        entry_cls(
+            entity=[entity_cls(entity_type=kind, entity_name=name) for kind, name in entity.entries.items()],
+            values=[value_cls(key=key, value=value) for key, value in sorted(values.items())],
+        )
+        for entity, values in found.items()
+    ]
+    return response_for(DESCRIBE_CLIENT_QUOTAS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE,
+                        error_message=None, entries=entries)
+
+
+def _alterations(request) -> list[QuotaAlteration]:
+    return [
+        QuotaAlteration(
+            QuotaEntity((e.entity_type, e.entity_name) for e in entry.entity or []),
+            [(op.key, None if op.remove else op.value) for op in entry.ops or []],
+        )
+        for entry in request.entries or []
+    ]
+
+
+@handles(ALTER_CLIENT_QUOTAS, 0, 1)
+async def handle_alter_client_quotas(request, ctx: RequestContext):
+    alterations = _alterations(request)
+    try:
+        results = await quota_store(ctx.broker).alter(alterations, bool(request.validate_only))
+    except KafkaError as error:
+        results = list({alteration.entity: error for alteration in alterations}.items())
+    entry_cls = response_class(ALTER_CLIENT_QUOTAS).EntryData
+    entity_cls = entry_cls.EntityData
+    entries = [
+        entry_cls(
+            error_code=error.code if error else ErrorCode.NONE,
+            error_message=error.message if error else None,
+            entity=[entity_cls(entity_type=kind, entity_name=name) for kind, name in entity.entries.items()],
+        )
+        for entity, error in results
+    ]
+    return response_for(ALTER_CLIENT_QUOTAS, ctx, throttle_time_ms=0, entries=entries)

@@ -119,7 +119,7 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
             return result, None
         partition.check_fetch_offset(wanted.fetch_offset)
         if replica_id >= 0:
-            expand = partition.update_follower_fetch(replica_id, wanted.fetch_offset)
+            expand = partition.update_follower_fetch(replica_id, wanted.fetch_offset, wanted.log_start_offset)
             if expand is not None:
                 ctx.broker.propose_isr(partition, expand)
         limit = max(0, min(wanted.partition_max_bytes, remaining))

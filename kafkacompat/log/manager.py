@@ -164,6 +164,12 @@ class LogManager:
     def checkpoint(self) -> None:
         write_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT,
                          {key: log.recovery_point for key, log in self._logs.items()})
+        self.checkpoint_log_start_offsets()
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write log-start-offset-checkpoint now. DeleteRecords calls it before answering: the
+        periodic checkpoint may be stale after a crash, and a segment's base offset only bounds
+        the log start from below, so deleted records would come back."""
         write_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT,
                          {key: log.log_start_offset for key, log in self._logs.items()})
 

@@ -537,8 +537,10 @@ class PartitionLog:
         self.producer_state.truncate_fully_and_start_at(offset)
         logger.info("Truncated %s fully; it now starts at offset %d", self.name, offset)
 
-    def advance_log_start_offset(self, offset: int) -> None:
-        """DeleteRecords: offsets below ``offset`` become unreadable; whole segments below it go."""
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """DeleteRecords (and a follower taking its leader's log start): offsets below ``offset``
+        become unreadable and whole segments below it go at once. Returns whether the log start
+        offset moved (it never goes back)."""
         if offset > self._log_end_offset:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -546,9 +548,11 @@ class PartitionLog:
                 f"{self._log_end_offset}",
             )
         if offset <= self._log_start_offset:
-            return
+            return False
+        logger.info("Incremented the log start offset of %s from %d to %d", self.name, self._log_start_offset, offset)
         self._log_start_offset = offset
         self._delete_segments_below_log_start()
+        return True
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete old segments by retention.ms and retention.bytes; returns how many went.

@@ -5,10 +5,12 @@ sides support, from ApiVersions).
 
 Batches are appended byte for byte (``Partition.append_as_follower``: offsets and leader epochs
 as the leader wrote them, producer state updated by the log), the high watermark and log start
-offset come from the responses. Truncation after a leader change uses Fetch v12+'s diverging
-epoch (Kafka's AbstractFetcherThread.truncateOnFetchResponse): the leader says where our last
-fetched epoch ends in its log, we truncate to the smaller of that and where the same epoch ends
-in ours, and fetch again; this repeats until the logs agree. OFFSET_OUT_OF_RANGE truncates to the
+offset come from the responses (a log start that moved up is checkpointed at once), and every
+request carries our log start, so the leader knows the low watermark DeleteRecords waits for.
+Truncation after a leader change uses Fetch v12+'s diverging epoch (Kafka's
+AbstractFetcherThread.truncateOnFetchResponse): the leader says where our last fetched epoch
+ends in its log, we truncate to the smaller of that and where the same epoch ends in ours, and
+fetch again; this repeats until the logs agree. OFFSET_OUT_OF_RANGE truncates to the
 leader's high watermark (our log is ahead) or restarts at the leader's log start (behind).
 Errors back off per partition (replica.fetch.backoff.ms); a lost connection reconnects to
 wherever the leader is.
@@ -303,10 +305,7 @@ class ReplicaFetcher:
                         partition.append_as_follower(view, headers)
                 partition.update_follower_high_watermark(result.high_watermark)
                 if result.log_start_offset > partition.log_start_offset:
-                    if result.log_start_offset > partition.log_end_offset:
-                        partition.truncate_fully_and_start_at(result.log_start_offset)
-                    else:
-                        partition.log.advance_log_start_offset(result.log_start_offset)
+                    self._follow_log_start(partition, result.log_start_offset)
             elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 self._handle_out_of_range(partition, fetching.fetch_offset, result)
             else:
@@ -317,6 +316,17 @@ class ReplicaFetcher:
         except KafkaError as exc:
             log.warning("%s: %s at %d: %s", self, partition, fetching.fetch_offset, exc)
             self._backoff(key)
+
+    def _follow_log_start(self, partition: "Partition", leader_log_start: int) -> None:
+        """The leader's log start moved up (DeleteRecords or its retention): ours follows, and
+        is checkpointed at once so a crash cannot bring the deleted records back here."""
+        if leader_log_start > partition.log_end_offset:
+            partition.truncate_fully_and_start_at(leader_log_start)
+        elif partition.advance_log_start_offset(leader_log_start):
+            try:
+                self.broker.logs.checkpoint_log_start_offsets()
+            except OSError as exc:
+                log.warning("%s: could not checkpoint the log start offset of %s: %s", self, partition, exc)
 
     def _handle_out_of_range(self, partition: "Partition", fetch_offset: int, result) -> None:
         if 0 <= result.log_start_offset and fetch_offset < result.log_start_offset:

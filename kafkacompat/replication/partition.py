@@ -11,6 +11,10 @@ the controller with compare-and-set (AlterPartition) and applies the state that 
 As follower it appends the leader's batches byte for byte (``append_as_follower``) and takes
 the high watermark from the leader's fetch responses.
 
+DeleteRecords (``delete_records``) moves the leader's log start offset; followers take it from
+the fetch responses and report theirs in their fetch requests, so the leader knows the low
+watermark (Kafka's lowWatermarkIfLeader) the request waits for.
+
 On a single node the partition is leader with ISR [self], so the high watermark follows the log
 end offset as soon as a batch is written and acks=all returns at once.
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Collection
 
 import trio
 
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkacompat.replication")
 
 UNKNOWN_OFFSET = -1
+DELETE_TO_HIGH_WATERMARK = -1  # DeleteRecords' offset meaning "everything below the high watermark"
 
 
 def _trio_clock_ms() -> int:
@@ -53,6 +58,7 @@ class FollowerState:
 
     replica_id: int
     log_end_offset: int = UNKNOWN_OFFSET
+    log_start_offset: int = UNKNOWN_OFFSET
     last_caught_up_ms: int = 0
     last_fetch_leader_end_offset: int = UNKNOWN_OFFSET
     last_fetch_ms: int = 0
@@ -228,10 +234,12 @@ class Partition:
 
     # ---- the leader's view of its followers -------------------------------------------------
 
-    def update_follower_fetch(self, replica_id: int, fetch_offset: int) -> list[int] | None:
-        """A follower fetched from ``fetch_offset``: it has everything below it. Updates its
-        caught-up time (Kafka's rules), advances the high watermark, and returns the ISR to
-        propose when the follower has caught up and is not in the ISR (else None)."""
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int,
+                              log_start_offset: int = UNKNOWN_OFFSET) -> list[int] | None:
+        """A follower fetched from ``fetch_offset``: it has everything below it, and its log
+        starts at ``log_start_offset``. Updates its caught-up time (Kafka's rules), advances the
+        high watermark, wakes DeleteRecords waiters when its log start moved up, and returns the
+        ISR to propose when the follower has caught up and is not in the ISR (else None)."""
         follower = self.followers.get(replica_id)
         if follower is None:
             if replica_id not in self.replicas:
@@ -247,7 +255,10 @@ class Partition:
         follower.log_end_offset = fetch_offset
         follower.last_fetch_leader_end_offset = leader_end
         follower.last_fetch_ms = now
-        self._maybe_advance_high_watermark()
+        start_moved_up = log_start_offset > follower.log_start_offset
+        follower.log_start_offset = log_start_offset
+        if not self._maybe_advance_high_watermark() and start_moved_up:
+            self.wake_waiters()
         return self.isr_expand_candidate(replica_id)
 
     def isr_expand_candidate(self, replica_id: int) -> list[int] | None:
@@ -340,6 +351,51 @@ class Partition:
                 finally:
                     self.remove_waiter(event)
         return ErrorCode.REQUEST_TIMED_OUT
+
+    # ---- DeleteRecords ---------------------------------------------------------------------
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move the log start offset up to ``offset`` (never back); the leader epoch cache then
+        starts there too, as Kafka's maybeIncrementLogStartOffset. Returns whether it moved."""
+        moved = self.log.advance_log_start_offset(offset)
+        if moved:
+            self.epochs.truncate_from_start(self.log_start_offset)
+        return moved
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's deleteRecordsOnLeader: records below ``offset`` (DELETE_TO_HIGH_WATERMARK: the
+        high watermark) become unreadable. Returns the offset the low watermark must reach."""
+        self.check_leader()
+        if not self.log.config.deletes_old_segments:
+            raise KafkaError(ErrorCode.POLICY_VIOLATION,
+                             f"Records of partition {self} can not be deleted due to the configured policy")
+        requested = self.high_watermark if offset == DELETE_TO_HIGH_WATERMARK else offset
+        if requested < 0:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"The offset {requested} for partition {self} is not valid")
+        if requested > self.high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"Cannot increment the log start offset to {requested} of partition {self} since it "
+                             f"is larger than the high watermark {self.high_watermark}")
+        self.advance_log_start_offset(requested)
+        return requested
+
+    def low_watermark(self, live_brokers: Collection[int]) -> int:
+        """Kafka's lowWatermarkIfLeader: the smallest log start offset of this leader and of its
+        followers on live brokers (-1 for one not heard from since this leadership began)."""
+        self.check_leader()
+        low = self.log_start_offset
+        for follower in self.followers.values():
+            if follower.replica_id in live_brokers and follower.log_start_offset < low:
+                low = follower.log_start_offset
+        return low
+
+    def low_watermark_status(self, required_offset: int, live_brokers: Collection[int]) -> tuple[int, int] | None:
+        """For a DeleteRecords waiting until the low watermark reaches ``required_offset`` (Kafka's
+        DelayedDeleteRecords): None while waiting, else (error code, low watermark to answer)."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, UNKNOWN_OFFSET
+        low = self.low_watermark(live_brokers)
+        return (ErrorCode.NONE, low) if low >= required_offset else None
 
     # ---- reads -----------------------------------------------------------------------------
 

@@ -11,8 +11,10 @@ import trio.testing
 
 from kafkacompat.broker import Broker
 from kafkacompat.config import BrokerConfig
+from kafkacompat.controller.state import PartitionState
 from kafkacompat.groups.coordinator import CommitPartition, GroupCoordinator, JoinRequest
 from kafkacompat.groups.state import GroupState
+from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.wire.errors import ErrorCode
 
 E = ErrorCode
@@ -349,6 +351,204 @@ def test_static_leader_rejoin_v9_skips_assignment(tmp_path):
         await h.sync("s", "g", 1, s_id, {s_id: b"A"}, instance="i")
         again = await h.join("s2", "g", instance="i", version=9)
         assert again.skip_assignment and again.leader_id == again.member_id and len(again.members) == 1
+
+    run_test(tmp_path, body)
+
+
+# ---- group metadata stored with acks=-1 (Kafka's storeGroup) ------------------------------------
+
+
+class ReplicatedOffsets:
+    """The group's __consumer_offsets partition led here with a second replica in its ISR, as in a
+    cluster: its high watermark moves only when that follower fetches (``follower_fetches`` is
+    the leader's side of a replica Fetch, what a real follower's request runs)."""
+
+    def __init__(self, h: Harness, group_id: str) -> None:
+        h.coord.ensure_offsets_topic()
+        self.index = h.coord.partition_for(group_id)
+        self.partition = h.broker.partition(OFFSETS_TOPIC, self.index)
+        self.node = h.broker.node_id
+        self.follower = self.node + 1
+        self.partition.become_leader(self.state(leader=self.node, epoch=self.partition.leader_epoch + 1))
+
+    def state(self, *, leader: int, epoch: int) -> PartitionState:
+        replicas = (self.node, self.follower)
+        return PartitionState(OFFSETS_TOPIC, self.index, replicas, replicas, leader, epoch,
+                              self.partition.partition_epoch + 1)
+
+    @property
+    def unreplicated(self) -> bool:
+        return self.partition.high_watermark < self.partition.log_end_offset
+
+    async def follower_fetches(self) -> None:
+        self.partition.update_follower_fetch(self.follower, self.partition.log_end_offset)
+        await trio.testing.wait_all_tasks_blocked()
+
+    def leadership_moves_away(self) -> PartitionState:
+        """The controller makes the follower leader: this replica follows (the first half of
+        Broker.apply_partition_state; the coordinator's on_partition_state is the second)."""
+        state = self.state(leader=self.follower, epoch=self.partition.leader_epoch + 1)
+        self.partition.become_follower(state)
+        return state
+
+
+async def two_members_at_generation_1(h: Harness, group: str = "g") -> dict[str, str]:
+    """a and b joined (a leads); the group awaits the leader's SyncGroup."""
+    ids = {}
+    for tag in ("a", "b"):
+        ids[tag], _ = await h.join_dynamic(tag, group)
+    await h_advance_until(h, ["a", "b"], h.broker.config.group_initial_rebalance_delay_ms)
+    assert h.results["a"].members and h.results["a"].generation_id == 1
+    assert h.coord.groups[group].state == GroupState.COMPLETING_REBALANCE
+    return ids
+
+
+def test_sync_answers_once_the_assignment_is_replicated(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        ids = await two_members_at_generation_1(h)  # JoinGroup does not wait for the ISR, as in Kafka
+        group = h.coord.groups["g"]
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: b"A", ids["b"]: b"B"})
+        assert offsets.unreplicated  # the group record is in the leader's log only
+        assert "a" not in h.results and "b" not in h.results
+        assert group.state == GroupState.COMPLETING_REBALANCE
+        assert h.coord.heartbeat("g", 1, ids["b"], None) == E.NONE
+        await h.advance(h.broker.config.offsets_commit_timeout_ms - 1)
+        assert "a" not in h.results and "b" not in h.results
+        await offsets.follower_fetches()
+        assert (h.results["a"].error, h.results["a"].assignment) == (E.NONE, b"A")
+        assert (h.results["b"].error, h.results["b"].assignment) == (E.NONE, b"B")
+        assert group.state == GroupState.STABLE and group.generation_id == 1
+        assert h.coord.heartbeat("g", 1, ids["a"], None) == E.NONE
+
+    run_test(tmp_path, body)
+
+
+def test_store_timeout_answers_every_sync_with_the_error_and_rebalances(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        ids = await two_members_at_generation_1(h)
+        group = h.coord.groups["g"]
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: b"A", ids["b"]: b"B"})
+        await h.advance(h.broker.config.offsets_commit_timeout_ms)
+        # REQUEST_TIMED_OUT of the acks=-1 append is COORDINATOR_NOT_AVAILABLE for the client
+        for tag in ("a", "b"):
+            assert (h.results[tag].error, h.results[tag].assignment) == (E.COORDINATOR_NOT_AVAILABLE, b"")
+        assert group.state == GroupState.PREPARING_REBALANCE and group.generation_id == 1
+        assert all(m.assignment == b"" for m in group.members.values())
+        assert h.coord.heartbeat("g", 1, ids["b"], None) == E.REBALANCE_IN_PROGRESS
+        # the members rejoin and the next generation is stored once the follower has it
+        h.join_soon("a", "g", ids["a"])
+        await h.join("b", "g", ids["b"])
+        assert h.results["a"].generation_id == h.results["b"].generation_id == 2
+        await h.sync("b", "g", 2, ids["b"])
+        await h.sync("a", "g", 2, ids["a"], {ids["a"]: b"A2", ids["b"]: b"B2"})
+        await offsets.follower_fetches()
+        assert (h.results["b"].error, h.results["b"].assignment) == (E.NONE, b"B2")
+        assert group.state == GroupState.STABLE and group.generation_id == 2
+
+    run_test(tmp_path, body)
+
+
+def test_store_cut_short_by_a_leadership_change_answers_not_coordinator(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        ids = await two_members_at_generation_1(h)
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: b"A", ids["b"]: b"B"})
+        offsets.leadership_moves_away()  # NOT_LEADER_OR_FOLLOWER for the waiting append
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.results["a"].error == h.results["b"].error == E.NOT_COORDINATOR
+        assert h.coord.groups["g"].state == GroupState.PREPARING_REBALANCE
+
+    run_test(tmp_path, body)
+
+
+def test_store_failing_on_append_answers_unknown_server_error(tmp_path):
+    async def body(h: Harness):
+        ids = await two_members_at_generation_1(h)
+        too_large = b"x" * (h.broker.config.message_max_bytes + 1)  # MESSAGE_TOO_LARGE from the log
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: too_large, ids["b"]: b"B"})
+        for tag in ("a", "b"):
+            assert h.results[tag].error == E.UNKNOWN_SERVER_ERROR
+        group = h.coord.groups["g"]
+        assert group.state == GroupState.PREPARING_REBALANCE
+        assert all(m.assignment == b"" for m in group.members.values())
+
+    run_test(tmp_path, body)
+
+
+def test_store_outcome_is_discarded_when_the_generation_moved_on(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        ids = await two_members_at_generation_1(h)
+        group = h.coord.groups["g"]
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: b"A1", ids["b"]: b"B1"})
+        # while generation 1's assignment is being stored, c joins: a rebalance starts...
+        ids["c"], _ = await h.join_dynamic("c", "g")
+        assert h.results["a"].error == h.results["b"].error == E.REBALANCE_IN_PROGRESS
+        # ...and completes: generation 2 awaits its leader's SyncGroup
+        h.join_soon("a", "g", ids["a"])
+        await h.join("b", "g", ids["b"])
+        assert {h.results[t].generation_id for t in ("a", "b", "c")} == {2}
+        assert group.state == GroupState.COMPLETING_REBALANCE
+        await offsets.follower_fetches()  # generation 1's record is replicated now: too late
+        assert group.state == GroupState.COMPLETING_REBALANCE and group.generation_id == 2
+        assert all(m.assignment == b"" for m in group.members.values())
+        await h.sync("c", "g", 2, ids["c"])
+        await h.sync("a", "g", 2, ids["a"], {ids["a"]: b"A2", ids["b"]: b"B2", ids["c"]: b"C2"})
+        assert "c" not in h.results and offsets.unreplicated
+        await offsets.follower_fetches()
+        assert (h.results["c"].error, h.results["c"].assignment) == (E.NONE, b"C2")
+        assert group.state == GroupState.STABLE and group.members[ids["b"]].assignment == b"B2"
+
+    run_test(tmp_path, body)
+
+
+def test_losing_the_offsets_partition_answers_parked_syncs_not_coordinator(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        h.coord.owned_partitions = {offsets.index}  # coordinating it as a cluster member would
+        ids = await two_members_at_generation_1(h)
+        await h.sync("b", "g", 1, ids["b"])  # parked
+        await h.sync("a", "g", 1, ids["a"], {ids["a"]: b"A", ids["b"]: b"B"})
+        h.coord.on_partition_state(offsets.leadership_moves_away(), offsets.node)  # unloads the group
+        await trio.testing.wait_all_tasks_blocked()
+        assert h.results["a"].error == h.results["b"].error == E.NOT_COORDINATOR
+        assert "g" not in h.coord.groups
+        assert h.coord.heartbeat("g", 1, ids["a"], None) == E.NOT_COORDINATOR
+
+    run_test(tmp_path, body)
+
+
+def test_static_rejoin_is_answered_once_stored_and_undone_when_the_store_fails(tmp_path):
+    async def body(h: Harness):
+        offsets = ReplicatedOffsets(h, "g")
+        await h.join("s", "g", instance="i")
+        await h.advance(h.broker.config.group_initial_rebalance_delay_ms)
+        first_id = h.results["s"].member_id
+        await h.sync("s", "g", 1, first_id, {first_id: b"S"}, instance="i")
+        await offsets.follower_fetches()
+        group = h.coord.groups["g"]
+        assert h.results["s"].assignment == b"S" and group.state == GroupState.STABLE
+        # the restarted static member's new id is answered once the ISR has it
+        await h.join("s2", "g", instance="i")
+        assert "s2" not in h.results and offsets.unreplicated
+        await offsets.follower_fetches()
+        second_id = h.results["s2"].member_id
+        assert h.results["s2"].error == E.NONE and second_id not in ("", first_id)
+        assert h.coord.heartbeat("g", 1, first_id, "i") == E.FENCED_INSTANCE_ID
+        assert h.coord.heartbeat("g", 1, second_id, "i") == E.NONE
+        # a rejoin whose store times out is undone: the previous id stays the member's
+        await h.join("s3", "g", instance="i")
+        await h.advance(h.broker.config.offsets_commit_timeout_ms)
+        assert (h.results["s3"].error, h.results["s3"].member_id) == (E.COORDINATOR_NOT_AVAILABLE, "")
+        assert group.static_members["i"] == second_id and group.state == GroupState.STABLE
+        assert h.coord.heartbeat("g", 1, second_id, "i") == E.NONE
 
     run_test(tmp_path, body)
 

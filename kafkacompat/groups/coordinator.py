@@ -2,8 +2,11 @@
 committed offsets, and their durable form in __consumer_offsets.
 
 Everything that changes a group runs synchronously between two awaits (one Trio thread), so no
-locks are needed. Writes to __consumer_offsets go to the partition synchronously too, and a
-request is answered only after its records are in the log. Parked JoinGroup and SyncGroup
+locks are needed. Writes to __consumer_offsets go to the partition synchronously too. The group
+metadata a completed rebalance (or a static member's rejoin) depends on is stored as Kafka's
+storeGroup does, with acks=-1: the transition it completes happens once the ISR of the group's
+partition has the record (``_store_group_replicated``), at once when nothing is left to wait
+for (a single node), else from a task in ``run``'s nursery. Parked JoinGroup and SyncGroup
 requests wait on Trio events (``Waiter``); every timeout (session, rebalance, initial rebalance
 delay, pending sync) is an entry in one timer heap served by one task, ``run``. Time comes from
 Trio's clock (``trio.current_time``), so tests drive it with ``trio.testing.MockClock``; wall
@@ -39,6 +42,7 @@ from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.broker import Broker
+    from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.groups")
 
@@ -86,26 +90,58 @@ class FetchedOffset:
     error: int = 0
 
 
-def _store_error(exc: Exception) -> int:
-    """Kafka's appendGroupMetadataErrorToResponseError."""
-    code = exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
+def _append_error_code(exc: Exception) -> int:
+    """The error code of a failed append; an OSError is Kafka's KafkaStorageException."""
+    return exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def _store_error_code(code: int) -> int:
+    """Kafka's appendGroupMetadataErrorToResponseError (group-coordinator module): what a client
+    is told when an append to __consumer_offsets failed with ``code``. NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    (only an acks=-1 wait produces it) maps as in the 3.x GroupMetadataManager.storeGroup, whose
+    REBALANCE_IN_PROGRESS for REQUEST_TIMED_OUT the group-coordinator module replaced."""
     if code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_ENOUGH_REPLICAS,
-                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT,
-                ErrorCode.KAFKA_STORAGE_ERROR):
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.REQUEST_TIMED_OUT):
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER,):
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
         return ErrorCode.NOT_COORDINATOR
     if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.UNKNOWN_SERVER_ERROR
     return code
 
 
+def _store_error(exc: Exception) -> int:
+    return _store_error_code(_append_error_code(exc))
+
+
 def _commit_error(exc: Exception) -> int:
     """Kafka's mapping of append errors for offset commits."""
-    code = exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
-    if code in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.INVALID_FETCH_SIZE):
+    if _append_error_code(exc) in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE,
+                                   ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return _store_error(exc)
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
+
+
+@dataclass(slots=True)
+class _StaticRejoin:
+    """What a static member's rejoin in Stable changed, to answer it or undo it once the group
+    metadata is stored (Kafka's updateStaticMemberAndRebalance)."""
+
+    instance_id: str
+    old_member_id: str
+    new_member_id: str
+    old_leader_id: str | None
+    old_protocols: list[tuple[str, bytes]]
+    old_rebalance_timeout_ms: int
+    old_session_timeout_ms: int
+    version: int
 
 
 class _Timers:
@@ -162,6 +198,8 @@ class GroupCoordinator:
         # A cluster member owns none until the controller makes it a leader (NOT_COORDINATOR until
         # then, which clients answer by looking the coordinator up again).
         self.owned_partitions: set[int] | None = set() if getattr(broker, "clustered", False) else None
+        # run()'s nursery: group metadata stores waiting for their ISR finish in it.
+        self._background: trio.Nursery | None = None
 
     # ---- time and timers ----------------------------------------------------------------------
 
@@ -187,9 +225,13 @@ class GroupCoordinator:
             for member in group.members.values():
                 if not self._timers.scheduled(self._heartbeat_key(group, member.member_id)):
                     self._reschedule_heartbeat(group, member)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._run_timers)
-            nursery.start_soon(self._run_retention)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._background = nursery
+                nursery.start_soon(self._run_timers)
+                nursery.start_soon(self._run_retention)
+        finally:
+            self._background = None
 
     async def _run_timers(self) -> None:
         timers = self._timers
@@ -246,9 +288,11 @@ class GroupCoordinator:
         count = topic.partitions if topic is not None else self.config.offsets_topic_num_partitions
         return storage.partition_for(group_id, count)
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]):
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], *, acks_all: bool = False):
         """Write records for a group to its __consumer_offsets partition; raises on failure.
-        Returns (partition, offset after the batch, leader epoch) for `Partition.wait_replicated`."""
+        Returns (partition, offset after the batch, leader epoch) for `Partition.wait_replicated`.
+        ``acks_all``: the caller waits for the ISR, so min.insync.replicas is checked first (as
+        Kafka's acks=-1 appends)."""
         from kafkacompat.wire.records import validate_batches
 
         if not records:
@@ -257,6 +301,9 @@ class GroupCoordinator:
         partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
         if partition is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition is not available")
+        partition.check_leader()
+        if acks_all:
+            partition.check_enough_replicas()
         batch = storage.build_batch(records, self.wall_clock(), self.config.offsets_topic_compression_codec)
         view = memoryview(batch)
         headers = validate_batches(view, partition.log.config.max_message_bytes)
@@ -279,12 +326,49 @@ class GroupCoordinator:
         return storage.group_metadata_key(group.group_id), storage.group_metadata_value(value)
 
     def _store_group(self, group: Group, assignment: dict[str, bytes] | None = None) -> int:
+        """Append the group's metadata without waiting for the ISR (writes nobody waits on in
+        Kafka: a new group, a group left empty)."""
         try:
             self._append(group.group_id, [self._group_metadata_record(group, assignment)])
         except (KafkaError, OSError) as exc:
             log.warning("Could not store the metadata of group %s: %s", group.group_id, exc)
             return _store_error(exc)
         return ErrorCode.NONE
+
+    def _store_group_replicated(self, group: Group, assignment: dict[str, bytes] | None,
+                                on_stored: Callable[[int], None]) -> None:
+        """Kafka's GroupMetadataManager.storeGroup: append the group's metadata with acks=-1 and
+        call ``on_stored`` with the client's error code (0: stored) once the ISR of the group's
+        partition has it, or the append failed, leadership moved or offsets.commit.timeout.ms
+        passed. When nothing is left to wait for (a single node) ``on_stored`` runs before this
+        returns, so the group changes in the same step as the request that stored it."""
+        try:
+            appended = self._append(group.group_id, [self._group_metadata_record(group, assignment)], acks_all=True)
+        except (KafkaError, OSError) as exc:
+            log.warning("Could not store the metadata of group %s: %s", group.group_id, exc)
+            on_stored(_store_error(exc))
+            return
+        partition, required_offset, leader_epoch = appended
+        status = partition.replication_status(required_offset, leader_epoch)
+        if status is not None:
+            on_stored(_store_error_code(status))
+        elif self._background is None:
+            log.error("Group %s: nothing can wait for the replication of its metadata (the coordinator "
+                      "is not running)", group.group_id)
+            on_stored(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            self._background.start_soon(self._finish_store_when_replicated, group.group_id, partition,
+                                        required_offset, leader_epoch, on_stored)
+
+    async def _finish_store_when_replicated(self, group_id: str, partition: "Partition", required_offset: int,
+                                            leader_epoch: int, on_stored: Callable[[int], None]) -> None:
+        status = await partition.wait_replicated(required_offset, leader_epoch, self.config.offsets_commit_timeout_ms)
+        if status:
+            log.warning("The metadata of group %s was not replicated: %s", group_id, _error_name(status))
+        try:
+            on_stored(_store_error_code(status))
+        except Exception:
+            log.exception("Completing the metadata store of group %s failed; the coordinator carries on", group_id)
 
     # ---- loading ------------------------------------------------------------------------------
 
@@ -415,8 +499,24 @@ class GroupCoordinator:
             return
         self.owned_partitions.discard(index)
         for group_id in [g for g in self.groups if self.partition_for(g) == index]:
-            self.groups.pop(group_id, None)
+            self._unload(self.groups.pop(group_id))
         log.info("No longer coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
+
+    def _unload(self, group: Group) -> None:
+        """Kafka's onGroupUnloaded: the group is Dead here, and its parked JoinGroup and SyncGroup
+        requests are answered NOT_COORDINATOR so their clients find the new coordinator."""
+        for member in group.members.values():
+            if member.join_waiter is not None:
+                member.join_waiter.complete(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+                member.join_waiter = None
+            if member.sync_waiter is not None:
+                member.sync_waiter.complete(SyncResult(ErrorCode.NOT_COORDINATOR))
+                member.sync_waiter = None
+        for member_id in [*group.members, *group.pending_members]:
+            self._timers.cancel(self._heartbeat_key(group, member_id))
+        self._timers.cancel(("join", group.group_id))
+        self._timers.cancel(("sync", group.group_id))
+        group.transition_to(DEAD, self.wall_clock())
 
     @staticmethod
     def _validate_member(group: Group, member_id: str, instance_id: str | None) -> int:
@@ -724,23 +824,13 @@ class GroupCoordinator:
         group.update_member(member, list(req.protocols), req.rebalance_timeout_ms, req.session_timeout_ms, waiter)
         if group.is_in(STABLE):
             if group.protocol_name == group.select_protocol():
-                error = self._store_group(group)
-                member.join_waiter = None
-                if error:
-                    group.update_member(member, old_protocols, old_rebalance, old_session, None)
-                    group.replace_static_member(req.group_instance_id, new_id, old_id)
-                    self._timers.cancel(self._heartbeat_key(group, new_id))
-                    self._reschedule_heartbeat(group, group.members[old_id])
-                    return JoinResult(error, "", group.generation_id, group.protocol_type, group.protocol_name,
-                                      current_leader or "")
-                if req.version >= 9:
-                    is_leader = group.is_leader(new_id)
-                    return JoinResult(
-                        ErrorCode.NONE, new_id, group.generation_id, group.protocol_type, group.protocol_name,
-                        group.leader_id or "", is_leader, group.current_members() if is_leader else [],
-                    )
-                return JoinResult(ErrorCode.NONE, new_id, group.generation_id, group.protocol_type,
-                                  group.protocol_name, current_leader or "")
+                # No rebalance: the new member id is answered once the group metadata with it is
+                # stored (until then the member awaits its join, as in Kafka).
+                rejoin = _StaticRejoin(req.group_instance_id, old_id, new_id, current_leader, old_protocols,
+                                       old_rebalance, old_session, req.version)
+                self._store_group_replicated(
+                    group, None, lambda error: self._complete_static_rejoin(group, rejoin, waiter, error))
+                return waiter
             self._maybe_prepare_rebalance_or_complete_join(
                 group, f"static member {new_id} rejoined with a change of protocol")
         elif group.is_in(COMPLETING):
@@ -748,6 +838,43 @@ class GroupCoordinator:
         else:
             self._maybe_complete_join_phase(group)
         return waiter
+
+    def _complete_static_rejoin(self, group: Group, rejoin: _StaticRejoin, waiter: Waiter, error: int) -> None:
+        """The callback of the static rejoin's store: answer the new member id, or on failure undo
+        the replacement (when nothing else answered the rejoin meanwhile) and answer the error."""
+        member = group.members.get(rejoin.new_member_id)
+        unanswered = (self.groups.get(group.group_id) is group and member is not None
+                      and member.join_waiter is waiter
+                      and group.static_members.get(rejoin.instance_id) == rejoin.new_member_id)
+        if error:
+            log.warning("Static member %s of group %s keeps member id %s: storing %s failed with %s",
+                        rejoin.instance_id, group.group_id, rejoin.old_member_id, rejoin.new_member_id,
+                        _error_name(error))
+            if unanswered:
+                assert member is not None
+                member.join_waiter = None  # answered below, not by update_member
+                group.update_member(member, rejoin.old_protocols, rejoin.old_rebalance_timeout_ms,
+                                    rejoin.old_session_timeout_ms, None)
+                group.replace_static_member(rejoin.instance_id, rejoin.new_member_id, rejoin.old_member_id)
+                self._timers.cancel(self._heartbeat_key(group, rejoin.new_member_id))
+                self._reschedule_heartbeat(group, member)
+            waiter.complete(JoinResult(error, "", group.generation_id, group.protocol_type, group.protocol_name,
+                                       rejoin.old_leader_id or ""))
+            return
+        if not unanswered:
+            return  # a rebalance, a fencing rejoin or an unload answered it meanwhile
+        assert member is not None
+        member.join_waiter = None
+        new_id = rejoin.new_member_id
+        if rejoin.version >= 9:
+            is_leader = group.is_leader(new_id)
+            waiter.complete(JoinResult(
+                ErrorCode.NONE, new_id, group.generation_id, group.protocol_type, group.protocol_name,
+                group.leader_id or "", is_leader, group.current_members() if is_leader else [],
+            ))
+        else:
+            waiter.complete(JoinResult(ErrorCode.NONE, new_id, group.generation_id, group.protocol_type,
+                                       group.protocol_name, rejoin.old_leader_id or ""))
 
     # ---- SyncGroup ----------------------------------------------------------------------------
 
@@ -791,24 +918,40 @@ class GroupCoordinator:
         member.sync_waiter = waiter
         self._remove_pending_sync(group, member_id)
         if group.is_leader(member_id):
-            assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
-            missing = [mid for mid in group.members if mid not in assignments]
-            if missing:
-                log.warning("Group %s generation %d: no assignment for members %s; giving them empty ones",
-                            group_id, group.generation_id, missing)
-            error = self._store_group(group, assignment)
-            if group.is_in(COMPLETING) and group.generation_id == generation_id:
-                if error:
-                    self._reset_and_propagate_assignment_error(group, error)
-                    self._maybe_prepare_rebalance_or_complete_join(group, f"error {error} storing the assignment")
-                else:
-                    for mid, member_assignment in assignment.items():
-                        group.members[mid].assignment = member_assignment
-                    self._propagate_assignment(group, ErrorCode.NONE)
-                    group.transition_to(STABLE, self.wall_clock())
-                    log.info("Group %s is Stable at generation %d with %d member(s)", group_id,
-                             group.generation_id, len(group.members))
+            self._store_assignment(group, member_id, assignments)
         return waiter
+
+    def _store_assignment(self, group: Group, leader_id: str, assignments: dict[str, bytes]) -> None:
+        """Kafka's doSyncGroup for the leader in CompletingRebalance: store the group with the
+        assignments (acks=-1); only then hand them out and go Stable. A failure resets the
+        assignments, answers every parked SyncGroup with the error and prepares a rebalance. If
+        the group moved on meanwhile (a member joined or left), the outcome is discarded."""
+        group_id, generation_id = group.group_id, group.generation_id
+        assignment = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
+        missing = [mid for mid in group.members if mid not in assignments]
+        if missing:
+            log.warning("Group %s generation %d: no assignment for members %s; giving them empty ones",
+                        group_id, generation_id, missing)
+
+        def on_stored(error: int) -> None:
+            if self.groups.get(group_id) is not group or not group.is_in(COMPLETING) or (
+                    group.generation_id != generation_id):
+                log.info("Group %s moved on while the assignment of generation %d was stored; outcome "
+                         "(%s) discarded", group_id, generation_id, _error_name(error))
+                return
+            if error:
+                self._reset_and_propagate_assignment_error(group, error)
+                self._maybe_prepare_rebalance_or_complete_join(
+                    group, f"error {_error_name(error)} storing the assignment (leader {leader_id})")
+                return
+            for member in group.members.values():
+                member.assignment = assignment.get(member.member_id, b"")
+            self._propagate_assignment(group, ErrorCode.NONE)
+            group.transition_to(STABLE, self.wall_clock())
+            log.info("Group %s is Stable at generation %d with %d member(s)", group_id, generation_id,
+                     len(group.members))
+
+        self._store_group_replicated(group, assignment, on_stored)
 
     def _remove_pending_sync(self, group: Group, member_id: str) -> None:
         group.pending_sync.discard(member_id)
@@ -936,7 +1079,7 @@ class GroupCoordinator:
             self._reschedule_heartbeat(group, member)
         if records:
             try:
-                appended = self._append(group_id, records)
+                appended = self._append(group_id, records, acks_all=replication is not None)
                 if replication is not None and appended is not None:
                     replication.append(appended)
             except (KafkaError, OSError) as exc:

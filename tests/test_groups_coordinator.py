@@ -577,6 +577,54 @@ def _topic(h: Harness, name="orders", partitions=3):
     h.broker.create_topic(name, partitions, 1, {})
 
 
+def test_a_commit_is_visible_only_once_the_isr_has_it(tmp_path):
+    async def body(h: Harness):
+        _topic(h)
+        offsets = ReplicatedOffsets(h, "simple")
+        results: dict[str, list[int]] = {}
+
+        async def commit(tag: str, offset: int) -> None:
+            results[tag] = await h.coord.commit_offsets_replicated(
+                "simple", -1, "", None, [CommitPartition("orders", 0, offset)])
+
+        h.nursery.start_soon(commit, "first", 5)
+        await trio.testing.wait_all_tasks_blocked()
+        assert offsets.unreplicated and "first" not in results
+        # Kafka's pendingOffsetCommits: not visible yet; require_stable says it is coming
+        assert h.coord.fetch_offsets("simple", [("orders", [0])])[1][0].offset == -1
+        pending = h.coord.fetch_offsets("simple", [("orders", [0])], require_stable=True)[1][0]
+        assert (pending.error, pending.offset) == (E.UNSTABLE_OFFSET_COMMIT, -1)
+        await offsets.follower_fetches()
+        assert results["first"] == [E.NONE]
+        stable = h.coord.fetch_offsets("simple", [("orders", [0])], require_stable=True)[1][0]
+        assert (stable.error, stable.offset) == (E.NONE, 5)
+
+        # a commit the ISR never gets is answered with an error and never becomes visible
+        h.nursery.start_soon(commit, "second", 9)
+        await h.advance(h.broker.config.offsets_commit_timeout_ms)
+        assert results["second"] == [E.COORDINATOR_NOT_AVAILABLE]
+        after = h.coord.fetch_offsets("simple", [("orders", [0])], require_stable=True)[1][0]
+        assert (after.error, after.offset) == (E.NONE, 5)
+
+    run_test(tmp_path, body)
+
+
+def test_an_older_commit_completing_late_does_not_replace_a_newer_one():
+    from kafkacompat.groups.state import Group
+    from kafkacompat.groups.storage import OffsetCommitValue
+
+    group = Group("g", 0)
+    older, newer = OffsetCommitValue(5, -1, "", 0, -1), OffsetCommitValue(7, -1, "", 0, -1)
+    group.begin_pending_commits([("t", 0)])
+    group.begin_pending_commits([("t", 0)])
+    group.apply_commits([(("t", 0), newer)], position=12)
+    group.end_pending_commits([("t", 0)])
+    assert group.has_pending_commit(("t", 0))
+    group.apply_commits([(("t", 0), older)], position=11)
+    group.end_pending_commits([("t", 0)])
+    assert group.offsets[("t", 0)] == newer and not group.has_pending_commit(("t", 0))
+
+
 def test_commits_follow_kafka_rules(tmp_path):
     async def body(h: Harness):
         _topic(h)

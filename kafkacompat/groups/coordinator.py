@@ -90,6 +90,17 @@ class FetchedOffset:
     error: int = 0
 
 
+@dataclass(slots=True)
+class PendingCommit:
+    """An OffsetCommit appended to __consumer_offsets, waiting for the ISR."""
+
+    group: Group
+    values: list[tuple[tuple[str, int], OffsetCommitValue]]
+    partition: "Partition"
+    required_offset: int
+    leader_epoch: int
+
+
 def _append_error_code(exc: Exception) -> int:
     """The error code of a failed append; an OSError is Kafka's KafkaStorageException."""
     return exc.code if isinstance(exc, KafkaError) else ErrorCode.KAFKA_STORAGE_ERROR
@@ -1077,19 +1088,47 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is not None and generation_id == group.generation_id:
             self._reschedule_heartbeat(group, member)
+        appended = None
         if records:
             try:
                 appended = self._append(group_id, records, acks_all=replication is not None)
-                if replication is not None and appended is not None:
-                    replication.append(appended)
             except (KafkaError, OSError) as exc:
                 log.warning("Could not store offsets of group %s: %s", group_id, exc)
                 code = _commit_error(exc)
                 return [code if e == ErrorCode.NONE else e for e in errors]
         if created:
             self.groups[group_id] = group
-        for tp, value in values:
-            group.offsets[tp] = value
+        if appended is None:
+            return errors
+        if replication is not None:
+            # Kafka's pendingOffsetCommits: cached (visible to OffsetFetch) once the ISR has them.
+            group.begin_pending_commits([tp for tp, _ in values])
+            replication.append(PendingCommit(group, values, *appended))
+        else:
+            group.apply_commits(values, appended[1])
+        return errors
+
+    async def commit_offsets_replicated(self, group_id: str, generation_id: int, member_id: str,
+                                        instance_id: str | None, partitions: list[CommitPartition], *,
+                                        retention_ms: int = -1, version: int = 8) -> list[int]:
+        """OffsetCommit as Kafka appends it, with acks=-1: answered, and visible to OffsetFetch,
+        once the ISR of the group's partition has the commit (up to offsets.commit.timeout.ms)."""
+        pending: list[PendingCommit] = []
+        errors = self.commit_offsets(group_id, generation_id, member_id, instance_id, partitions,
+                                     retention_ms=retention_ms, version=version, replication=pending)
+        for commit in pending:
+            tps = [tp for tp, _ in commit.values]
+            try:
+                code = await commit.partition.wait_replicated(
+                    commit.required_offset, commit.leader_epoch, self.config.offsets_commit_timeout_ms)
+            finally:
+                commit.group.end_pending_commits(tps)
+            if code:
+                log.warning("Offsets of group %s were not replicated: %s", group_id, _error_name(code))
+                failed = _store_error_code(code)
+                errors = [failed if e == ErrorCode.NONE else e for e in errors]
+            else:
+                commit.group.apply_commits(commit.values, commit.required_offset)
         return errors
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
@@ -1112,7 +1151,9 @@ class GroupCoordinator:
         for topic, indexes in topics:
             for index in indexes:
                 value = offsets.get((topic, index))
-                if value is None:
+                if require_stable and group is not None and group.has_pending_commit((topic, index)):
+                    result.append(FetchedOffset(topic, index, error=ErrorCode.UNSTABLE_OFFSET_COMMIT))
+                elif value is None:
                     result.append(FetchedOffset(topic, index))
                 else:
                     result.append(FetchedOffset(topic, index, value.offset, value.leader_epoch, value.metadata))

@@ -144,9 +144,35 @@ class Group:
         self.pending_sync: set[str] = set()
         self.new_member_added = False
         self.offsets: dict[tuple[str, int], OffsetCommitValue] = {}
+        # Where in __consumer_offsets each cached offset was appended (an older commit that
+        # completes later must not overwrite a newer one), and commits waiting for the ISR.
+        self.offset_positions: dict[tuple[str, int], int] = {}
+        self.pending_commits: Counter[tuple[str, int]] = Counter()
 
     def __repr__(self) -> str:
         return f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, {len(self.members)} members)"
+
+    # ---- committed offsets ----------------------------------------------------------------
+
+    def apply_commits(self, values: "list[tuple[tuple[str, int], OffsetCommitValue]]", position: int) -> None:
+        """Offsets whose commit record ends at ``position`` in __consumer_offsets are durable:
+        they replace the cached ones unless a newer commit of that partition got there first."""
+        for tp, value in values:
+            if position >= self.offset_positions.get(tp, -1):
+                self.offsets[tp] = value
+                self.offset_positions[tp] = position
+
+    def begin_pending_commits(self, tps: "list[tuple[str, int]]") -> None:
+        self.pending_commits.update(tps)
+
+    def end_pending_commits(self, tps: "list[tuple[str, int]]") -> None:
+        self.pending_commits.subtract(tps)
+        for tp in tps:
+            if self.pending_commits[tp] <= 0:
+                del self.pending_commits[tp]
+
+    def has_pending_commit(self, tp: tuple[str, int]) -> bool:
+        return tp in self.pending_commits
 
     # ---- state ----------------------------------------------------------------------------
 

@@ -7,11 +7,10 @@ through the same codec; tests/test_groups_wire.py checks those layouts against h
 
 from __future__ import annotations
 
-from kafkacompat.groups.coordinator import CommitPartition, _store_error
+from kafkacompat.groups.coordinator import CommitPartition
 from kafkacompat.handlers.groups import coordinator
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
-from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
@@ -32,8 +31,7 @@ async def handle_offset_commit(request, ctx: RequestContext):
                 p.committed_metadata,
                 p.commit_timestamp if version == 1 else -1,
             ))
-    replication: list = []
-    errors = coordinator(ctx).commit_offsets(
+    errors = await coordinator(ctx).commit_offsets_replicated(
         request.group_id,
         request.generation_id_or_member_epoch if version >= 1 else -1,
         (request.member_id or "") if version >= 1 else "",
@@ -41,14 +39,7 @@ async def handle_offset_commit(request, ctx: RequestContext):
         partitions,
         retention_ms=request.retention_time_ms if 2 <= version <= 4 else -1,
         version=version,
-        replication=replication,
     )
-    for partition, required_offset, leader_epoch in replication:
-        # As Kafka's acks=-1 append of the commit: answer once the ISR has it.
-        code = await partition.wait_replicated(required_offset, leader_epoch, ctx.broker.config.offsets_commit_timeout_ms)
-        if code:
-            failed = _store_error(KafkaError(code, ErrorCode(code).name))
-            errors = [failed if e == ErrorCode.NONE else e for e in errors]
     topic_cls = response_class(OFFSET_COMMIT).OffsetCommitResponseTopic
     partition_cls = topic_cls.OffsetCommitResponsePartition
     it = iter(errors)

@@ -4,6 +4,11 @@ beyond the request header; every request goes to ``Broker.dispatch``.
 Like Kafka, a connection processes one request at a time, so responses leave in request order.
 A connection that sends bytes that cannot be a Kafka request is logged and closed; nothing a
 client sends can reach past its own connection task.
+
+Connection limits as Kafka's SocketServer: ``max.connections.per.ip`` closes a new connection
+from an address that already has that many; ``max.connections`` stops accepting (new clients
+wait in the listen backlog) until one closes; ``connections.max.idle.ms`` closes a connection
+that has neither received a request nor been busy with one for that long.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import itertools
 import logging
 import os
 import socket as stdlib_socket
+import time
 from typing import TYPE_CHECKING
 
 import trio
@@ -44,6 +50,9 @@ class Connection:
         self.sock = sock
         self.fd = sock.fileno()
         self._waited = False
+        self.last_active = time.monotonic()
+        self.busy = False  # handling a request (a parked JoinGroup or long poll is not idleness)
+        self.cancel_scope: trio.CancelScope | None = None
         self.id = next(_connection_ids)
         self.peer = self.client_host = "unknown"
         try:
@@ -67,11 +76,16 @@ class Connection:
                 frame = await self._read_frame()
                 if frame is None:
                     return
-                if not self._waited:
-                    # The frame was already there: give other tasks their turn (one schedule
-                    # point per request, where trio's socket methods would have taken two).
-                    await trio.lowlevel.checkpoint()
-                await self._handle_frame(frame)
+                self.busy = True
+                try:
+                    if not self._waited:
+                        # The frame was already there: give other tasks their turn (one schedule
+                        # point per request, where trio's socket methods would have taken two).
+                        await trio.lowlevel.checkpoint()
+                    await self._handle_frame(frame)
+                finally:
+                    self.busy = False
+                    self.last_active = time.monotonic()
         except ProtocolViolation as exc:
             log.warning("Closing %s: %s", self.describe(), exc)
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -183,6 +197,64 @@ class Connection:
             remaining -= sent
 
 
+class ConnectionLimits:
+    """The live connections of a listener, per client address, and Kafka's limits on them."""
+
+    def __init__(self, broker: "Broker") -> None:
+        self.broker = broker
+        self.connections: set[Connection] = set()
+        self.per_ip: dict[str, int] = {}
+        self._slot_freed = trio.Event()
+
+    def admit(self, connection: Connection) -> bool:
+        """Count a new connection in, unless its address already has max.connections.per.ip."""
+        host = connection.client_host
+        limit = self.broker.config.max_connections_per_ip
+        if self.per_ip.get(host, 0) >= limit:
+            log.info("Rejected %s: address %s already has the configured maximum of %d connections "
+                     "(max.connections.per.ip)", connection.describe(), host, limit)
+            return False
+        self.per_ip[host] = self.per_ip.get(host, 0) + 1
+        self.connections.add(connection)
+        return True
+
+    def release(self, connection: Connection) -> None:
+        if connection in self.connections:
+            self.connections.discard(connection)
+            host = connection.client_host
+            self.per_ip[host] -= 1
+            if not self.per_ip[host]:
+                del self.per_ip[host]
+            self._slot_freed.set()
+            self._slot_freed = trio.Event()
+
+    async def wait_for_slot(self) -> None:
+        """Kafka's Acceptor blocks while max.connections are open."""
+        warned = False
+        while len(self.connections) >= self.broker.config.max_connections:
+            if not warned:
+                log.warning("%d connections are open, the configured max.connections: new connections "
+                            "wait until one closes", len(self.connections))
+                warned = True
+            await self._slot_freed.wait()
+
+    async def close_idle(self) -> None:
+        """Close connections idle for connections.max.idle.ms (Kafka's Selector does it on poll)."""
+        while True:
+            idle_ms = self.broker.config.connections_max_idle_ms
+            await trio.sleep(max(idle_ms / 1000 / 4, 0.05) if idle_ms >= 0 else 60)
+            if idle_ms < 0:
+                continue
+            cutoff = time.monotonic() - idle_ms / 1000
+            for connection in [c for c in self.connections if not c.busy and c.last_active < cutoff]:
+                if connection.cancel_scope is not None and not connection.cancel_scope.cancel_called:
+                    log.info("Closing %s: idle for more than connections.max.idle.ms (%d ms)",
+                             connection.describe(), idle_ms)
+                    # Its task is waiting for bytes; it ends and closes its own socket (never
+                    # close a descriptor another task may still use).
+                    connection.cancel_scope.cancel()
+
+
 async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Accept connections forever; each runs in its own task in this nursery."""
     listener = trio.socket.socket(
@@ -192,13 +264,28 @@ async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=
     await listener.bind((host, port))
     listener.listen(1024)
     bound_port = listener.getsockname()[1]
+    limits = ConnectionLimits(broker)
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(limits.close_idle)
         task_status.started(bound_port)
         with listener:
             while True:
+                await limits.wait_for_slot()
                 sock, _ = await listener.accept()
                 sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
-                nursery.start_soon(Connection(broker, sock).serve)
+                connection = Connection(broker, sock)
+                if limits.admit(connection):
+                    nursery.start_soon(_serve_counted, connection, limits)
+                else:
+                    sock.close()
+
+
+async def _serve_counted(connection: Connection, limits: ConnectionLimits) -> None:
+    try:
+        with trio.CancelScope() as connection.cancel_scope:
+            await connection.serve()
+    finally:
+        limits.release(connection)
 
 
 def describe_request(header, connection: Connection) -> str:

@@ -1,0 +1,98 @@
+"""Kafka's connection limits on a real broker process, over raw sockets: connections.max.idle.ms
+closes a connection that stays idle (but not one that keeps sending requests, nor one parked in a
+long request); max.connections.per.ip closes the connection over the limit at once;
+max.connections makes new clients wait until a connection closes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.register_assert_rewrite("clients")
+from clients import RawConnection  # noqa: E402
+
+JOIN_GROUP = 11
+
+
+def api_versions(conn: RawConnection) -> int:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    response = conn.call(ApiVersionsRequest(client_software_name="t", client_software_version="1"),
+                         ApiVersionsResponse, 3)
+    return response.error_code
+
+
+def test_an_idle_connection_is_closed_and_a_busy_one_is_not(broker_factory):
+    broker = broker_factory("--set", "connections.max.idle.ms=1000")
+    with RawConnection(broker.bootstrap) as idle, RawConnection(broker.bootstrap) as chatty:
+        assert api_versions(idle) == 0 and api_versions(chatty) == 0
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:  # a request every 200 ms keeps it open
+            assert api_versions(chatty) == 0
+            time.sleep(0.2)
+        assert idle.closed_by_broker(timeout=10)
+        assert api_versions(chatty) == 0
+    assert "idle for more than connections.max.idle.ms (1000 ms)" in broker.output()
+
+
+def test_a_connection_parked_in_a_long_request_is_not_idle(broker_factory, topic_name):
+    from kafkacompat.wire.codec import request_class, response_class
+
+    join = request_class(JOIN_GROUP)
+    # The first join of a group waits group.initial.rebalance.delay.ms (here 3 s, beyond the idle limit).
+    broker = broker_factory("--set", "connections.max.idle.ms=1000", "--set", "group.initial.rebalance.delay.ms=3000")
+    with RawConnection(broker.bootstrap, timeout=20) as conn:
+        request = join(version=3, group_id=f"g-{topic_name}", session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                       member_id="", protocol_type="consumer",
+                       protocols=[join.JoinGroupRequestProtocol(name="range", metadata=b"")])
+        started = time.monotonic()
+        response = conn.call(request, response_class(JOIN_GROUP), 3)  # v3: no MEMBER_ID_REQUIRED round trip
+        assert response.error_code == 0 and response.generation_id == 1
+        assert time.monotonic() - started >= 2.5
+
+
+def test_max_connections_per_ip_closes_the_extra_connection(broker_factory):
+    broker = broker_factory("--set", "max.connections.per.ip=2")
+    first, second = RawConnection(broker.bootstrap), RawConnection(broker.bootstrap)
+    try:
+        assert api_versions(first) == 0 and api_versions(second) == 0
+        with RawConnection(broker.bootstrap) as third:
+            assert third.closed_by_broker(timeout=10)
+        first.sock.close()
+        deadline = time.monotonic() + 10
+        while True:  # the broker counts the closed connection out when it notices the close
+            with RawConnection(broker.bootstrap) as again:
+                try:
+                    assert api_versions(again) == 0
+                    break
+                except (ConnectionError, OSError):
+                    assert time.monotonic() < deadline, "a freed slot was never reused"
+                    time.sleep(0.1)
+        assert api_versions(second) == 0
+    finally:
+        first.sock.close()
+        second.sock.close()
+    assert "already has the configured maximum of 2 connections (max.connections.per.ip)" in broker.output()
+
+
+def test_max_connections_makes_a_new_client_wait_for_a_free_slot(broker_factory):
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    broker = broker_factory("--set", "max.connections=2")
+    first, second = RawConnection(broker.bootstrap), RawConnection(broker.bootstrap)
+    try:
+        assert api_versions(first) == 0 and api_versions(second) == 0
+        with RawConnection(broker.bootstrap, timeout=15) as waiting:  # TCP connects: the backlog holds it
+            correlation_id = waiting.send_request(
+                ApiVersionsRequest(client_software_name="t", client_software_version="1"), 3)
+            waiting.sock.settimeout(1.0)
+            with pytest.raises(TimeoutError):
+                waiting.recv_frame()  # not accepted while two connections are open
+            waiting.sock.settimeout(15)
+            first.sock.close()
+            assert waiting.read_response(ApiVersionsResponse, 3, correlation_id).error_code == 0
+        assert api_versions(second) == 0
+    finally:
+        first.sock.close()
+        second.sock.close()

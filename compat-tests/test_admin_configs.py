@@ -134,6 +134,18 @@ def test_describe_with_configuration_keys_and_documentation(broker, topic):
     assert (entry.documentation, entry.synonyms, entry.config_source) == (None, [], 1)
 
 
+def test_describe_v0_reports_is_default(broker, topic):
+    """v0 (Sarama before 1.27, old admin tools) has is_default instead of config_source."""
+    request = request_class(DESCRIBE_CONFIGS)(version=0, resources=[
+        request_class(DESCRIBE_CONFIGS).DescribeConfigsResource(
+            resource_type=TOPIC, resource_name=topic, configuration_keys=["retention.ms", "segment.bytes"])])
+    with RawConnection(broker.bootstrap) as conn:
+        (result,) = conn.call(request, response_class(DESCRIBE_CONFIGS), 0).results
+    assert result.error_code == 0
+    entries = {entry.name: (entry.value, entry.is_default) for entry in result.configs}
+    assert entries == {"retention.ms": ("3600000", False), "segment.bytes": ("1073741824", True)}
+
+
 def test_describe_invalid_topic_name(broker):
     (result,) = raw_describe(broker, 4, (TOPIC, "bad name", None))
     assert result.error_code == KafkaError.TOPIC_EXCEPTION

@@ -24,6 +24,7 @@ MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 UNSUPPORTED_VERSION = 35
 INVALID_RECORD = 87
+UNSUPPORTED_COMPRESSION_TYPE = 76
 
 PRODUCE_VERSIONS = (3, 7, 9)  # first for magic-2 batches, aiokafka/kafkajs's, first flexible
 
@@ -266,3 +267,20 @@ def test_fetch_past_the_end_is_offset_out_of_range(broker, topic):
         assert past.error_code == OFFSET_OUT_OF_RANGE
         assert fetch(-5).error_code == OFFSET_OUT_OF_RANGE
     assert_broker_healthy(broker, topic)
+
+
+@pytest.mark.parametrize("version", [4, 9, 10])
+def test_fetch_below_v10_from_a_zstd_topic_is_unsupported_compression(broker, topic_name, version):
+    """Kafka's maybeConvertFetchedData: a consumer too old for zstd (Fetch < v10) gets
+    UNSUPPORTED_COMPRESSION_TYPE from a topic configured with compression.type=zstd."""
+    from kafka.protocol.consumer import FetchResponse
+
+    create_topic(broker.bootstrap, topic_name, config={"compression.type": "zstd"})
+    confluent_send(broker.bootstrap, topic_name, [Msg(b"v")])
+    with RawConnection(broker.bootstrap) as conn:
+        (fetched,) = conn.call(fetch_request(topic_name, 0, 0), FetchResponse, version).responses
+    (part,) = fetched.partitions
+    if version < 10:
+        assert (part.error_code, bytes(part.records or b"")) == (UNSUPPORTED_COMPRESSION_TYPE, b"")
+    else:
+        assert part.error_code == 0 and part.records

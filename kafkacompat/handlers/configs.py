@@ -267,7 +267,7 @@ def _describe_resource(ctx: RequestContext, resource, result_cls, include_synony
                       resource_name=resource.resource_name, configs=configs)
 
 
-@handles(DESCRIBE_CONFIGS, 1, 4)
+@handles(DESCRIBE_CONFIGS, 0, 4)
 async def handle_describe_configs(request, ctx: RequestContext):
     result_cls = response_class(DESCRIBE_CONFIGS).DescribeConfigsResult
     unknown = next((r for r in request.resources if r.resource_type not in RESOURCE_TYPE_NAMES), None)

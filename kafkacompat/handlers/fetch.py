@@ -30,6 +30,7 @@ log = logging.getLogger("kafkacompat.fetch")
 FETCH = 1
 READ_COMMITTED = 1
 TOPIC_IDS_SINCE = 13
+ZSTD_SINCE_FETCH_VERSION = 10  # KIP-110: older fetchers cannot read zstd
 
 
 @dataclass(slots=True)
@@ -112,6 +113,11 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result, None
     replica_id = request.replica_id
+    if ctx.version < ZSTD_SINCE_FETCH_VERSION and replica_id < 0 and _compression_type(ctx, topic) == "zstd":
+        # Kafka's maybeConvertFetchedData: a client too old for zstd gets no data from a topic
+        # configured to store zstd, whatever its batches hold.
+        result.error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+        return result, None
     try:
         check_current_leader_epoch(partition, wanted.current_leader_epoch)
         partition.check_leader()
@@ -148,6 +154,10 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
         result.records = read.chunks
         result.records_size = read.size
     return result, partition
+
+
+def _compression_type(ctx: RequestContext, topic) -> str:
+    return ctx.broker.config.effective_topic_config(topic.configs).get("compression.type", "producer")
 
 
 def _diverging(partition, wanted, result: FetchPartitionResult) -> bool:

@@ -517,17 +517,22 @@ class GroupCoordinator:
         """Kafka's onGroupUnloaded: the group is Dead here, and its parked JoinGroup and SyncGroup
         requests are answered NOT_COORDINATOR so their clients find the new coordinator."""
         for member in group.members.values():
-            if member.join_waiter is not None:
-                member.join_waiter.complete(JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
-                member.join_waiter = None
-            if member.sync_waiter is not None:
-                member.sync_waiter.complete(SyncResult(ErrorCode.NOT_COORDINATOR))
-                member.sync_waiter = None
+            self._answer_parked_requests(member, ErrorCode.NOT_COORDINATOR)
         for member_id in [*group.members, *group.pending_members]:
             self._timers.cancel(self._heartbeat_key(group, member_id))
         self._timers.cancel(("join", group.group_id))
         self._timers.cancel(("sync", group.group_id))
         group.transition_to(DEAD, self.wall_clock())
+
+    @staticmethod
+    def _answer_parked_requests(member: Member, error: int) -> None:
+        """``member``'s parked JoinGroup and SyncGroup, if any, are answered with ``error``."""
+        if member.join_waiter is not None:
+            member.join_waiter.complete(JoinResult(error, member.member_id))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            member.sync_waiter.complete(SyncResult(error))
+            member.sync_waiter = None
 
     @staticmethod
     def _validate_member(group: Group, member_id: str, instance_id: str | None) -> int:
@@ -570,12 +575,7 @@ class GroupCoordinator:
 
     def _remove_member_and_update_group(self, group: Group, member: Member, reason: str) -> None:
         self._timers.cancel(self._heartbeat_key(group, member.member_id))
-        if member.join_waiter is not None:
-            member.join_waiter.complete(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member.member_id))
-            member.join_waiter = None
-        if member.sync_waiter is not None:
-            member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-            member.sync_waiter = None
+        self._answer_parked_requests(member, ErrorCode.UNKNOWN_MEMBER_ID)
         group.remove(member.member_id)
         if group.is_in(STABLE, COMPLETING):
             self._prepare_rebalance(group, f"removing member {member.member_id}: {reason}")
@@ -638,9 +638,7 @@ class GroupCoordinator:
             log.info("Member %s of group %s did not rejoin within the rebalance timeout; removed",
                      member.member_id, group.group_id)
             self._timers.cancel(self._heartbeat_key(group, member.member_id))
-            if member.sync_waiter is not None:
-                member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-                member.sync_waiter = None
+            self._answer_parked_requests(member, ErrorCode.UNKNOWN_MEMBER_ID)
             group.remove(member.member_id)
         now = self.wall_clock()
         group.generation_id += 1
@@ -681,9 +679,7 @@ class GroupCoordinator:
             if member is not None:
                 log.info("Member %s of group %s did not send SyncGroup in time; removed", member_id, group_id)
                 self._timers.cancel(self._heartbeat_key(group, member_id))
-                if member.sync_waiter is not None:
-                    member.sync_waiter.complete(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
-                    member.sync_waiter = None
+                self._answer_parked_requests(member, ErrorCode.UNKNOWN_MEMBER_ID)
                 group.remove(member_id)
         group.pending_sync.clear()
         self._prepare_rebalance(group, "members did not send SyncGroup within the rebalance timeout")

@@ -1,10 +1,11 @@
 """kafkacompat.wire.fetch against two independent encoders: kafka-python 3 and kio 0.6.5.
 
-For every Fetch version the broker serves (4-18): the request as kafka-python and kio encode it
+For every Fetch version the broker serves (0-18): the request as kafka-python and kio encode it
 (the two must agree) decodes to the same fields with our decoder; our chunked response, joined
 (FileRegions read back), is byte-for-byte what both libraries encode; and the follower-side
-decoder reads the libraries' responses back. kio has every Fetch version 4-18, so every version
-is checked against both.
+decoder reads the libraries' responses back. kio has every Fetch version 4-18, so those are
+checked against both; kio has no v0-3, so the old consumers' versions are checked against
+kafka-python 3 (schema JSON) and aiokafka's hand-written Struct classes instead.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from kafkacompat.wire.fetch import (
 )
 from kafkacompat.wire.produce import NodeEndpoint
 
-VERSIONS = range(4, 19)
+VERSIONS = range(4, 19)  # every version kio has
+OLD_VERSIONS = range(0, 4)  # Fetch v0-3: old consumers (legacy message sets)
+ALL_VERSIONS = range(0, 19)
 FLEXIBLE_VERSIONS = range(12, 19)
 TOPIC_A = uuid.UUID("6f1d0c5e-8a0b-4c47-9a4e-0b7f2d1e3c11")
 TOPIC_B = uuid.UUID("1c7b2ad3-52c5-4f6e-8f0e-5e2d9ab0c4d7")
@@ -313,7 +316,7 @@ def test_unknown_tagged_fields_in_requests_are_skipped(version: int, case_name: 
 
 
 def test_unsupported_versions_are_rejected() -> None:
-    for version in (0, 3, 19):
+    for version in (-1, 19, 20):
         with pytest.raises(ValueError):
             decode_fetch_request(memoryview(b"\x00" * 64), version)
         with pytest.raises(ValueError):
@@ -637,7 +640,7 @@ def test_follower_reads_our_own_response(version: int, log_file) -> None:
 # Robustness: truncation, garbage, claimed lengths
 # --------------------------------------------------------------------------------------------
 
-VALID_REQUESTS = [(v, kafka_python_fetch_request(c, v)) for v in VERSIONS for c in REQUEST_CASES.values()]
+VALID_REQUESTS = [(v, kafka_python_fetch_request(c, v)) for v in ALL_VERSIONS for c in REQUEST_CASES.values()]
 SMALL_RESPONSE = dict(
     throttle_time_ms=1, error_code=0, session_id=2, node_endpoints=[NodeEndpoint(1, "h", 9092, None)],
     topics=[FetchTopicResult("t", TOPIC_A, [
@@ -645,7 +648,7 @@ SMALL_RESPONSE = dict(
         FetchPartitionResult(1, records=[]),
     ])],
 )
-VALID_RESPONSES = [(v, kafka_python_fetch_response(SMALL_RESPONSE, v)) for v in VERSIONS]
+VALID_RESPONSES = [(v, kafka_python_fetch_response(SMALL_RESPONSE, v)) for v in ALL_VERSIONS]
 
 
 @pytest.mark.parametrize("version, encoded", VALID_REQUESTS)
@@ -670,7 +673,7 @@ def _decode_or_value_error(decoder, data: bytes, version: int) -> None:
 
 
 @settings(max_examples=500, deadline=200, suppress_health_check=[HealthCheck.too_slow])
-@given(version=st.sampled_from(VERSIONS), data=st.binary(max_size=300),
+@given(version=st.sampled_from(ALL_VERSIONS), data=st.binary(max_size=300),
        decoder=st.sampled_from([decode_fetch_request, decode_fetch_response]))
 def test_random_bytes_only_raise_value_error(version: int, data: bytes, decoder) -> None:
     _decode_or_value_error(decoder, data, version)
@@ -692,6 +695,11 @@ def test_mutated_and_truncated_messages_only_raise_value_error(message, edits, c
 
 
 HUGE_CLAIMS = [
+    # v0: topics array count 2**31-1; v3: a topic claiming 2**31-1 partitions
+    (decode_fetch_request, 0, struct.pack(">iii", -1, 0, 0) + b"\x7f\xff\xff\xff"),
+    (decode_fetch_request, 3, struct.pack(">iiii", -1, 0, 0, 0) + b"\x00\x00\x00\x01\x00\x01t\x7f\xff\xff\xff"),
+    # v1 response: records length 2**31-1
+    (decode_fetch_response, 1, struct.pack(">ii", 0, 1) + b"\x00\x01t" + struct.pack(">iihqi", 1, 0, 0, 0, 0x7FFFFFFF)),
     # v4: topics array count 2**31-1
     (decode_fetch_request, 4, struct.pack(">iiiib", -1, 0, 0, 0, 0) + b"\x7f\xff\xff\xff"),
     # v7: a forgotten topic claiming 2**31-1 partitions
@@ -717,3 +725,112 @@ def test_claimed_lengths_are_checked_before_allocating(decoder, version: int, da
     finally:
         tracemalloc.stop()
     assert peak < 64 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Fetch v0-3 (old consumers): kafka-python 3 and aiokafka's Struct classes (kio has no v0-3)
+# --------------------------------------------------------------------------------------------
+
+
+def aiokafka_fetch_request(case: dict, version: int) -> bytes:
+    from aiokafka.protocol import fetch
+
+    cls = getattr(fetch, f"FetchRequest_v{version}")
+    topics = [(name, [(p[0], p[2], p[5]) for p in parts]) for name, _, parts in case["topics"]]
+    if version >= 3:
+        request = cls(case["replica_id"], case["max_wait_ms"], case["min_bytes"], case["max_bytes"], topics)
+    else:
+        request = cls(case["replica_id"], case["max_wait_ms"], case["min_bytes"], topics)
+    return request.encode()
+
+
+def expected_old_request(case: dict, version: int) -> FetchRequestData:
+    """What v0-3 carry: no isolation level, session, rack or tagged fields; MaxBytes from v3."""
+    return FetchRequestData(
+        replica_id=case["replica_id"], replica_epoch=-1, max_wait_ms=case["max_wait_ms"],
+        min_bytes=case["min_bytes"], max_bytes=case["max_bytes"] if version >= 3 else 0x7FFFFFFF,
+        isolation_level=0, session_id=0, session_epoch=-1,
+        topics=[
+            FetchTopicRequest(name, None, [FetchPartitionRequest(p[0], -1, p[2], -1, -1, p[5]) for p in parts])
+            for name, _, parts in case["topics"]
+        ],
+    )
+
+
+@pytest.mark.parametrize("case_name", REQUEST_CASES)
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_old_request_oracles_agree_and_we_decode_them(version: int, case_name: str) -> None:
+    case = REQUEST_CASES[case_name]
+    encoded = kafka_python_fetch_request(case, version)
+    assert aiokafka_fetch_request(case, version) == encoded
+
+    decoded = decode_fetch_request(memoryview(bytearray(encoded)), version)
+
+    assert decoded == expected_old_request(case, version)
+    assert decode_fetch_request(encoded, version) == decoded
+
+
+def aiokafka_fetch_response(case: dict, version: int) -> bytes:
+    from aiokafka.protocol import fetch
+
+    cls = getattr(fetch, f"FetchResponse_v{version}")
+    topics = [
+        (t.name, [(p.index, p.error_code, p.high_watermark, record_bytes(p.records)) for p in t.partitions])
+        for t in case["topics"]
+    ]
+    response = cls(topics) if version == 0 else cls(case["throttle_time_ms"], topics)
+    return response.encode()
+
+
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_old_response_bytes_match_kafka_python_and_aiokafka(version: int, log_file) -> None:
+    case = response_case(log_file)
+    try:
+        expected = kafka_python_fetch_response(case, version)
+        assert aiokafka_fetch_response(case, version) == expected
+
+        chunks = encode(case, version)
+
+        assert record_bytes(chunks) == expected
+        records = all_record_chunks(case)
+        passed = [c for c in chunks if any(c is r for r in records)]
+        assert len(passed) == len(records) and all(a is b for a, b in zip(passed, records))
+    finally:
+        close_chunks(all_record_chunks(case))
+
+
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_old_empty_response_matches(version: int) -> None:
+    expected = kafka_python_fetch_response(EMPTY_RESPONSE, version)
+    assert aiokafka_fetch_response(EMPTY_RESPONSE, version) == expected
+    assert encode(EMPTY_RESPONSE, version) == [expected]
+
+
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_old_response_decodes_back(version: int, log_file) -> None:
+    case = response_case(log_file)
+    try:
+        encoded = kafka_python_fetch_response(case, version)
+        ours = record_bytes(encode(case, version))
+        expected = [
+            FetchTopicResult(t.name, None, [
+                FetchPartitionResult(p.index, p.error_code, p.high_watermark,
+                                     records=[record_bytes(p.records)] if p.records else [],
+                                     records_size=len(record_bytes(p.records)))
+                for p in t.partitions
+            ])
+            for t in case["topics"]
+        ]
+    finally:
+        close_chunks(all_record_chunks(case))
+    for data in (encoded, ours):
+        throttle, error, session, topics = decode_fetch_response(memoryview(bytearray(data)), version)
+        assert (throttle, error, session) == ((10 if version else 0), 0, 0)
+        assert with_bytes_records(topics) == expected
+
+
+@pytest.mark.parametrize("version", OLD_VERSIONS)
+def test_old_records_size_must_match_the_chunks(version: int) -> None:
+    partition = FetchPartitionResult(0, records=[b"abc", b"de"], records_size=4)
+    with pytest.raises(ValueError):
+        encode_fetch_response([FetchTopicResult("t", None, [partition])], version=version)

@@ -3,6 +3,10 @@ data, Kafka's byte limits (KIP-74: the first batch goes out even when it is larg
 
 Sessionless: a client asking for a new fetch session gets session id 0 ("none created") and
 keeps sending full requests, which every client supports.
+
+Fetch v0-3 (old consumers) read the same batches, then get them down-converted to the legacy
+message format their version can carry (magic 0 for v0-1, magic 1 for v2-3; wire/downconvert.py),
+as Kafka's KafkaApis.maybeConvertFetchedData does. That path is separate: v4+ never converts.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import trio
 from kafkacompat.handlers.offset_for_leader_epoch import check_current_leader_epoch
 from kafkacompat.handlers.registry import RequestContext, handles
 from kafkacompat.wire.chunks import close_chunks
+from kafkacompat.wire.downconvert import OVERFLOW_MARKER, down_convert, fetch_magic
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.fetch import (
     FetchPartitionResult,
@@ -31,6 +36,9 @@ FETCH = 1
 READ_COMMITTED = 1
 TOPIC_IDS_SINCE = 13
 ZSTD_SINCE_FETCH_VERSION = 10  # KIP-110: older fetchers cannot read zstd
+MAGIC_2_SINCE_FETCH_VERSION = 4  # older fetchers read legacy message sets (magic 0/1) only
+HARD_LIMIT_UNTIL_FETCH_VERSION = 2  # v0-2: partition_max_bytes is a hard limit (before KIP-74)
+STORAGE_ERROR_SINCE_FETCH_VERSION = 6  # older clients get NOT_LEADER_OR_FOLLOWER instead
 
 
 @dataclass(slots=True)
@@ -52,8 +60,10 @@ def _encode(response: FetchResponseData, version: int):
     )
 
 
-@handles(FETCH, 4, 18, decode=_decode, encode=_encode)
+@handles(FETCH, 0, 18, decode=_decode, encode=_encode)
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
+    if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
+        return await _handle_old_fetch(request, ctx)
     if request.session_id != 0:
         return FetchResponseData([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
@@ -65,6 +75,73 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
         for topic in topics:
             for result in topic.partitions:
                 close_chunks(result.records)
+
+
+async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
+    """Fetch v0-3: the v4+ reads, down-converted; min_bytes counts the converted bytes, so a
+    consumer parked on what converts to nothing (a transaction marker) waits for data."""
+    deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        topics, total_bytes, has_error, partitions = _read_all_old(request, ctx)
+        if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
+            return FetchResponseData(topics)
+        await _wait_for_data(partitions, deadline)
+
+
+def _read_all_old(request: FetchRequestData, ctx: RequestContext):
+    """Kafka's limits before v4: v0-2 have no response limit and partition_max_bytes is hard (a
+    first batch larger than it is not sent: an overflow marker tells the client); v3 has max_bytes
+    with KIP-74's first batch. Both count the stored (unconverted) bytes, as Kafka's
+    ReplicaManager does; the converted records are cut to that size or the first batch's."""
+    hard_limit = ctx.version <= HARD_LIMIT_UNTIL_FETCH_VERSION
+    to_magic = fetch_magic(ctx.version)
+    remaining = request.max_bytes
+    read_bytes = 0
+    converted_bytes = 0
+    has_error = False
+    waiting_on = []
+    topics = []
+    for wanted in request.topics:
+        topic = ctx.broker.topics.get(wanted.name)
+        results = []
+        for wanted_partition in wanted.partitions:
+            # v0-2 read a first batch larger than the limit only to answer with the overflow
+            # marker; a limit of 0 reads nothing (Kafka's LogSegment.read).
+            first = wanted_partition.partition_max_bytes > 0 if hard_limit else read_bytes == 0
+            result, partition = _read_partition(
+                ctx, request, topic, wanted_partition, remaining, min_one_batch=first, use_ids=False,
+            )
+            read_bytes += result.records_size
+            remaining -= result.records_size
+            if result.records:
+                result = _down_convert(result, to_magic, wanted_partition, hard_limit)
+            results.append(result)
+            converted_bytes += result.records_size
+            has_error = has_error or result.error_code != 0
+            if partition is not None:
+                waiting_on.append(partition)
+        topics.append(FetchTopicResult(wanted.name, None, results))
+    return topics, converted_bytes, has_error, waiting_on
+
+
+def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limit: bool) -> FetchPartitionResult:
+    """Replace the read's file regions with the converted messages (or an error)."""
+    regions, size = result.records, result.records_size
+    try:
+        if hard_limit and size > wanted.partition_max_bytes:
+            # Only a first batch larger than the limit gets here (it was read for this check).
+            converted = OVERFLOW_MARKER
+        else:
+            data = b"".join(region.read_all() for region in regions)
+            converted = down_convert(data, to_magic, wanted.fetch_offset, size)
+    except KafkaError as exc:
+        log.debug("Down-conversion of partition %d at %d failed: %s", result.index, wanted.fetch_offset, exc)
+        return FetchPartitionResult(result.index, exc.code)
+    finally:
+        close_chunks(regions)
+    result.records = [converted] if converted else []
+    result.records_size = len(converted)
+    return result
 
 
 async def _wait_for_data(partitions: list, deadline: float) -> None:
@@ -113,11 +190,11 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result, None
     replica_id = request.replica_id
-    if ctx.version < ZSTD_SINCE_FETCH_VERSION and replica_id < 0 and _compression_type(ctx, topic) == "zstd":
-        # Kafka's maybeConvertFetchedData: a client too old for zstd gets no data from a topic
-        # configured to store zstd, whatever its batches hold.
-        result.error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-        return result, None
+    if ctx.version < ZSTD_SINCE_FETCH_VERSION:
+        refused = _refused_for_old_fetcher(ctx, topic, replica_id)
+        if refused:
+            result.error_code = refused
+            return result, None
     try:
         check_current_leader_epoch(partition, wanted.current_leader_epoch)
         partition.check_leader()
@@ -137,6 +214,10 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
                 read = partition.read(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
     except KafkaError as exc:
         result.error_code = exc.code
+        if exc.code == ErrorCode.KAFKA_STORAGE_ERROR and ctx.version < STORAGE_ERROR_SINCE_FETCH_VERSION:
+            # Kafka's maybeDownConvertStorageError: such clients do not know the code and would
+            # not retry; this one makes them refresh their metadata.
+            result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
         if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and ctx.version >= 12 and partition.leader_id >= 0:
             result.current_leader = (partition.leader_id, partition.leader_epoch)
         elif exc.code == ErrorCode.OFFSET_OUT_OF_RANGE and replica_id >= 0:
@@ -156,8 +237,18 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
     return result, partition
 
 
-def _compression_type(ctx: RequestContext, topic) -> str:
-    return ctx.broker.config.effective_topic_config(topic.configs).get("compression.type", "producer")
+def _refused_for_old_fetcher(ctx: RequestContext, topic, replica_id: int) -> int:
+    """Kafka's maybeConvertFetchedData for Fetch < v10, before any data is looked at: a topic
+    configured to store zstd gets UNSUPPORTED_COMPRESSION_TYPE, whatever its batches hold (for
+    followers too); below v4, where the records would need down-conversion, a consumer (not a
+    follower) gets UNSUPPORTED_VERSION when the topic's message.downconversion.enable is false."""
+    config = ctx.broker.config.effective_topic_config(topic.configs)
+    if config.get("compression.type", "producer") == "zstd":
+        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    if (ctx.version < MAGIC_2_SINCE_FETCH_VERSION and replica_id < 0
+            and str(config.get("message.downconversion.enable", "true")).strip().lower() == "false"):
+        return ErrorCode.UNSUPPORTED_VERSION
+    return ErrorCode.NONE
 
 
 def _diverging(partition, wanted, result: FetchPartitionResult) -> bool:

@@ -1,4 +1,4 @@
-"""Fetch request decoding and response encoding (versions 4-18), records passed through as chunks.
+"""Fetch request decoding and response encoding (versions 0-18), records passed through as chunks.
 
 The response is a list of chunks: small ``bytes`` pieces for the protocol fields, interleaved with
 each partition's record chunks exactly as the log handed them over (bytes, memoryviews, or
@@ -7,7 +7,9 @@ FileRegions the server sends with sendfile). Records are never copied or joined 
 The follower side (``decode_fetch_response``) keeps records as memoryview slices of the body.
 
 Layouts follow Kafka's FetchRequest.json / FetchResponse.json (flexible from v12, topic ids
-instead of names from v13, ReplicaState as a tagged field from v15).
+instead of names from v13, ReplicaState as a tagged field from v15). Versions 0-3 (old consumers:
+no isolation level, no last stable offset or aborted transactions; MaxBytes from v3, throttle
+time from v1) have their own small functions, so the v4+ path does not branch for them.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ __all__ = [
     "encode_fetch_response",
 ]
 
-FETCH_MIN_VERSION = 4
+FETCH_MIN_VERSION = 0
 FETCH_MAX_VERSION = 18
+FETCH_FIRST_V4_VERSION = 4  # isolation level, last stable offset, aborted transactions; v0-3 lack them
 FETCH_FIRST_FLEXIBLE_VERSION = 12
 NO_HIGH_WATERMARK = 0x7FFFFFFFFFFFFFFF  # FetchRequest HighWatermark default: "feature not supported"
 
@@ -104,6 +107,8 @@ class FetchRequestData:
 
 
 _FETCH_LIMITS = struct.Struct(">iiib")  # max_wait_ms, min_bytes, max_bytes, isolation_level
+_FETCH_LIMITS_V0 = struct.Struct(">iii")  # replica_id, max_wait_ms, min_bytes (v0-2)
+_FETCH_LIMITS_V3 = struct.Struct(">iiii")  # replica_id, max_wait_ms, min_bytes, max_bytes (v3)
 _SESSION = struct.Struct(">ii")  # session_id, session_epoch
 _REPLICA_STATE = struct.Struct(">iq")  # replica_id, replica_epoch
 # FetchPartition fixed fields by version range.
@@ -124,9 +129,22 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequestData:
     check_version("FetchRequest", version, FETCH_MIN_VERSION, FETCH_MAX_VERSION)
     reader = make_reader(body, version >= FETCH_FIRST_FLEXIBLE_VERSION)
     try:
+        if version < FETCH_FIRST_V4_VERSION:
+            return _read_old_fetch_request(reader, version)
         return _read_fetch_request(reader, version)
     except DECODE_SLIPS as exc:
         raise WireDecodeError(f"malformed FetchRequest v{version}: {exc}") from None
+
+
+def _read_old_fetch_request(reader: LegacyReader, version: int) -> FetchRequestData:
+    """Fetch v0-3: ReplicaId, MaxWaitMs, MinBytes, MaxBytes (v3; Kafka's default before), then
+    topics by name with (partition, fetch offset, partition max bytes), the v4 partition layout."""
+    if version >= 3:
+        replica_id, max_wait_ms, min_bytes, max_bytes = reader.unpack(_FETCH_LIMITS_V3)
+    else:
+        (replica_id, max_wait_ms, min_bytes), max_bytes = reader.unpack(_FETCH_LIMITS_V0), 0x7FFFFFFF
+    topics = _read_fetch_topics(reader, version)
+    return FetchRequestData(replica_id, -1, max_wait_ms, min_bytes, max_bytes, 0, 0, -1, topics)
 
 
 def _read_fetch_request(reader: LegacyReader, version: int) -> FetchRequestData:
@@ -293,6 +311,8 @@ def encode_fetch_response(
     chunks (a wrong length would corrupt the whole connection).
     """
     check_version("FetchResponse", version, FETCH_MIN_VERSION, FETCH_MAX_VERSION)
+    if version < FETCH_FIRST_V4_VERSION:
+        return _encode_old_fetch_response(topics, version, throttle_time_ms)
     chunks: list[Chunk] = []
     out = make_writer(version >= FETCH_FIRST_FLEXIBLE_VERSION)
     if version >= 7:
@@ -317,6 +337,42 @@ def encode_fetch_response(
             out.append(0)
     chunks.append(bytes(out))
     return chunks
+
+
+_PARTITION_HEAD_V0 = struct.Struct(">ihq")  # index, error_code, high_watermark (v0-3)
+
+
+def _encode_old_fetch_response(topics: list[FetchTopicResult], version: int, throttle_time_ms: int) -> list[Chunk]:
+    """Fetch v0-3: (throttle time from v1), topics by name, per partition index, error code, high
+    watermark and the records (non-flexible bytes); record chunks pass through as for v4+."""
+    chunks: list[Chunk] = []
+    out = make_writer(False)
+    if version >= 1:
+        out += INT32.pack(throttle_time_ms)
+    out.array_length(len(topics))
+    for topic in topics:
+        out.string(topic.name)
+        out.array_length(len(topic.partitions))
+        for p in topic.partitions:
+            out += _PARTITION_HEAD_V0.pack(p.index, p.error_code, p.high_watermark)
+            _write_old_records(out, chunks, p)
+    chunks.append(bytes(out))
+    return chunks
+
+
+def _write_old_records(out: LegacyWriter, chunks: list[Chunk], p: FetchPartitionResult) -> None:
+    """The records field as _write_fetch_partition writes it for non-flexible versions."""
+    records = p.records
+    if records:
+        size = len(records[0]) if len(records) == 1 else sum(map(len, records))
+        if p.records_size and p.records_size != size:
+            raise ValueError(f"partition {p.index}: records_size {p.records_size} but its chunks hold {size} bytes")
+        out += INT32.pack(size)
+        chunks.append(bytes(out))
+        out.clear()
+        chunks.extend(records)
+    else:
+        out += b"\x00\x00\x00\x00"
 
 
 def _write_fetch_partition(
@@ -405,6 +461,8 @@ def decode_fetch_response(body: memoryview, version: int) -> FetchResponseData:
 def _read_fetch_response(reader: LegacyReader, version: int) -> FetchResponseData:
     if version >= 7:
         throttle_time_ms, error_code, session_id = reader.unpack(_RESPONSE_TOP_V7)
+    elif version == 0:
+        throttle_time_ms, error_code, session_id = 0, 0, 0
     else:
         throttle_time_ms, error_code, session_id = reader.int32(), 0, 0
     topics = []
@@ -418,6 +476,13 @@ def _read_fetch_response(reader: LegacyReader, version: int) -> FetchResponseDat
 
 
 def _read_fetch_partition_result(reader: LegacyReader, version: int) -> FetchPartitionResult:
+    if version < FETCH_FIRST_V4_VERSION:
+        p = FetchPartitionResult(*reader.unpack(_PARTITION_HEAD_V0))
+        records = reader.nullable_bytes()
+        if records:
+            p.records = [records]
+            p.records_size = len(records)
+        return p
     if version >= 5:
         p = FetchPartitionResult(*reader.unpack(_PARTITION_HEAD_V5))
     else:

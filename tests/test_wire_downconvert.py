@@ -1,0 +1,242 @@
+"""Down-conversion of stored RecordBatch v2 to legacy message sets (Fetch v0-3), checked with
+kafka-python's legacy message-set reader and builder (kafka.record), independent of our code."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import crc32c
+import pytest
+from kafka import codec as codecs
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.legacy_records import LegacyRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from kafkacompat.wire.downconvert import OVERFLOW_MARKER, down_convert, fetch_magic
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import CONTROL_FLAG, read_header, set_log_append_time
+
+BASE = 1_600_000_000_000
+CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3}
+VALUE = b"value that compresses well " * 8
+
+# (key, value, headers) of the records of one batch: null keys and values, empty ones, headers
+RECORDS = [
+    (b"k0", VALUE + b"0", [("h", b"dropped")]),
+    (None, VALUE + b"1", []),
+    (b"k2", None, [("h1", b"a"), ("h2", b"")]),
+    (b"", b"", []),
+    (b"k4", bytes(range(256)), []),
+]
+
+
+def v2_batch(base_offset: int, codec: int, records=RECORDS, *, timestamps=None, log_append_time: int | None = None,
+             control: bool = False, offsets=None) -> bytes:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=4711,
+                                        producer_epoch=3, base_sequence=17, batch_size=1 << 24)
+    for i, (key, value, headers) in enumerate(records):
+        delta = offsets[i] if offsets else i
+        builder.append(delta, timestamp=(timestamps or [BASE + 1000 * n for n in range(len(records))])[i],
+                       key=key, value=value, headers=headers)
+    batch = bytearray(builder.build())
+    struct.pack_into(">q", batch, 0, base_offset)
+    header = read_header(batch)
+    if control:  # a transaction marker's flag (its record is not a real control record: it is skipped)
+        struct.pack_into(">h", batch, 21, header.attributes | CONTROL_FLAG)
+        struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    if log_append_time is not None:
+        set_log_append_time(batch, header, log_append_time)
+    return bytes(batch)
+
+
+def read_legacy(data: bytes) -> list[tuple]:
+    """(magic, offset, timestamp, timestamp type, key, value) per message, via kafka-python."""
+    records = MemoryRecords(data)
+    found = []
+    while (batch := records.next_batch()) is not None:
+        assert batch.validate_crc()
+        for r in batch:
+            assert r.validate_crc()
+            found.append((batch.magic, r.offset, r.timestamp, r.timestamp_type, r.key, r.value))
+    return found
+
+
+def top_level(data: bytes) -> list[tuple[int, int, int, int | None, bytes]]:
+    """The top-level entries: (offset, magic, attributes, timestamp or None, value bytes)."""
+    entries = []
+    pos = 0
+    while pos < len(data):
+        offset, size, crc, magic, attributes = struct.unpack_from(">qiIbb", data, pos)
+        assert zlib.crc32(data[pos + 16:pos + 12 + size]) == crc
+        body = pos + 18
+        timestamp = None
+        if magic == 1:
+            (timestamp,) = struct.unpack_from(">q", data, body)
+            body += 8
+        (key_length,) = struct.unpack_from(">i", data, body)
+        body += 4 + max(key_length, 0)
+        (value_length,) = struct.unpack_from(">i", data, body)
+        value = data[body + 4:body + 4 + value_length] if value_length >= 0 else None
+        entries.append((offset, magic, attributes, timestamp, value))
+        pos += 12 + size
+    return entries
+
+
+def legacy_messages(magic: int, items) -> bytes:
+    """Uncompressed messages by kafka-python's builder: items of (offset, timestamp, key, value)."""
+    out = b""
+    for offset, timestamp, key, value in items:
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 24)
+        builder.append(offset, timestamp=timestamp if magic else None, key=key, value=value)
+        out += bytes(builder.build())
+    return out
+
+
+def decompress(codec: int, data: bytes, magic: int) -> bytes:
+    if codec == 1:
+        return codecs.gzip_decode(data)
+    if codec == 2:
+        return codecs.snappy_decode(data)
+    return codecs.lz4_decode_old_kafka(data) if magic == 0 else codecs.lz4_decode(data)
+
+
+def expected(base: int, magic: int, first: int = 0, log_append_time: int | None = None):
+    timestamp_type = None if magic == 0 else (1 if log_append_time is not None else 0)
+    return [
+        (magic, base + i, None if magic == 0 else (log_append_time if log_append_time is not None else BASE + 1000 * i),
+         timestamp_type, key, value)
+        for i, (key, value, _) in enumerate(RECORDS) if base + i >= first
+    ]
+
+
+def test_fetch_version_to_magic():
+    assert [fetch_magic(v) for v in range(4)] == [0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_uncompressed_records_become_one_message_each_byte_for_byte(magic):
+    converted = down_convert(v2_batch(100, 0), magic, 100, 1 << 20)
+    assert read_legacy(converted) == expected(100, magic)
+    # exactly what kafka-python's legacy builder writes for these messages (CreateTime)
+    assert converted == legacy_messages(magic, [(100 + i, BASE + 1000 * i, k, v) for i, (k, v, _) in enumerate(RECORDS)])
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4"])
+def test_compressed_batch_becomes_one_wrapper_with_the_same_codec(magic, codec):
+    code = CODECS[codec]
+    converted = down_convert(v2_batch(100, code), magic, 100, 1 << 20)
+    assert read_legacy(converted) == expected(100, magic)
+    ((offset, wrapper_magic, attributes, timestamp, value),) = top_level(converted)
+    assert (offset, wrapper_magic, attributes) == (104, magic, code)  # the last inner offset
+    assert timestamp == (None if magic == 0 else BASE + 4000)  # the largest record timestamp
+    inner = decompress(code, value, magic)
+    # inner offsets: relative to the first record for magic 1, absolute for magic 0
+    first_inner = 0 if magic == 1 else 100
+    assert inner == legacy_messages(magic, [(first_inner + i, BASE + 1000 * i, k, v)
+                                            for i, (k, v, _) in enumerate(RECORDS)])
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lz4"])
+def test_log_append_time_batches_carry_the_append_time_and_type(codec):
+    appended = BASE + 99_999
+    code = CODECS[codec]
+    converted = down_convert(v2_batch(7, code, log_append_time=appended), 1, 7, 1 << 20)
+    assert read_legacy(converted) == expected(7, 1, log_append_time=appended)
+    entries = top_level(converted)
+    assert all(attributes & 0x08 and timestamp == appended for _, _, attributes, timestamp, _ in entries)
+    if code:
+        inner = top_level(decompress(code, entries[0][4], 1))
+        assert all(attributes == 0x08 and timestamp == appended for _, _, attributes, timestamp, _ in inner)
+    # magic 0 has no timestamp at all
+    assert [m[2:4] for m in read_legacy(down_convert(v2_batch(7, code, log_append_time=appended), 0, 7, 1 << 20))] \
+        == [(None, None)] * len(RECORDS)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+def test_mid_batch_offset_trims_uncompressed_messages_only(magic):
+    """Kafka's RecordsUtil.downConvert: records below the fetch offset are dropped from an
+    uncompressed batch; a compressed one goes whole (the client skips them)."""
+    assert read_legacy(down_convert(v2_batch(100, 0), magic, 103, 1 << 20)) == expected(100, magic, first=103)
+    assert read_legacy(down_convert(v2_batch(100, 1), magic, 103, 1 << 20)) == expected(100, magic)
+
+
+def test_compacted_batch_keeps_record_offsets():
+    """Offsets with gaps (a compacted batch): absolute offsets stay, magic 1 inner offsets are
+    relative to the first record and the wrapper has the last record's offset."""
+    records = RECORDS[:3]
+    for code in (0, 1):
+        converted = down_convert(v2_batch(50, code, records, offsets=[1, 4, 6]), 1, 50, 1 << 20)
+        assert [m[1] for m in read_legacy(converted)] == [51, 54, 56]
+    (wrapper,) = top_level(down_convert(v2_batch(50, 1, records, offsets=[1, 4, 6]), 1, 50, 1 << 20))
+    assert wrapper[0] == 56
+    assert [e[0] for e in top_level(codecs.gzip_decode(wrapper[4]))] == [0, 3, 5]
+
+
+def test_timestamps_before_the_epoch_and_missing_ones_pass_through():
+    converted = down_convert(v2_batch(0, 0, RECORDS[:2], timestamps=[-1, 5]), 1, 0, 1 << 20)
+    assert [m[2] for m in read_legacy(converted)] == [-1, 5]
+    (wrapper,) = top_level(down_convert(v2_batch(0, 1, RECORDS[:1], timestamps=[-1]), 1, 0, 1 << 20))
+    assert wrapper[3] == -1
+
+
+def test_several_batches_and_control_batches():
+    data = (v2_batch(0, 0, RECORDS[:2]) + v2_batch(2, 0, RECORDS[:1], control=True) + v2_batch(3, 2, RECORDS[:2]))
+    assert [m[1] for m in read_legacy(down_convert(data, 1, 0, 1 << 20))] == [0, 1, 3, 4]
+    # nothing but a transaction marker converts to nothing
+    assert down_convert(v2_batch(2, 0, RECORDS[:1], control=True), 0, 2, 1 << 20) == b""
+    assert down_convert(b"", 1, 0, 100) == b""
+
+
+def test_size_limit_keeps_the_first_batch_whole_then_whole_messages():
+    first, second = v2_batch(0, 0), v2_batch(5, 0)
+    everything = down_convert(first + second, 1, 0, 1 << 20)
+    assert [m[1] for m in read_legacy(everything)] == list(range(10))
+    only_first = down_convert(first, 1, 0, 1 << 20)
+    # a limit below the first batch's converted size: that batch still goes out whole
+    assert down_convert(first + second, 1, 0, 10) == only_first
+    # a limit in the middle of the second batch: whole messages up to it
+    sizes = [12 + struct.unpack_from(">i", m, 8)[0] for m in [legacy_messages(1, [(5 + i, BASE + 1000 * i, k, v)])
+                                                              for i, (k, v, _) in enumerate(RECORDS)]]
+    limit = len(only_first) + sizes[0] + sizes[1] + sizes[2] - 1
+    assert [m[1] for m in read_legacy(down_convert(first + second, 1, 0, limit))] == list(range(7))
+    # a compressed batch is one message: all of it or none of it
+    assert down_convert(first + v2_batch(5, 1), 1, 0, len(only_first) + 10) == only_first
+
+
+def test_zstd_first_is_an_error_later_stops_the_conversion():
+    with pytest.raises(KafkaError) as refused:
+        down_convert(v2_batch(0, 4), 1, 0, 1 << 20)
+    assert refused.value.code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    with pytest.raises(KafkaError):
+        down_convert(v2_batch(0, 0, RECORDS[:1], control=True) + v2_batch(1, 4), 0, 0, 1 << 20)
+    converted = down_convert(v2_batch(0, 0) + v2_batch(5, 4) + v2_batch(10, 0), 1, 0, 1 << 20)
+    assert [m[1] for m in read_legacy(converted)] == list(range(5))
+
+
+def test_corrupt_batches_get_corrupt_message_or_end_the_conversion():
+    bad = bytearray(v2_batch(0, 1))
+    bad[70:80] = b"\x00" * 10  # inside the gzip stream
+    with pytest.raises(KafkaError) as caught:
+        down_convert(bytes(bad), 1, 0, 1 << 20)
+    assert caught.value.code == ErrorCode.CORRUPT_MESSAGE
+    good = v2_batch(0, 0)
+    assert down_convert(good + bytes(bad), 1, 0, 1 << 20) == down_convert(good, 1, 0, 1 << 20)
+    # a torn tail or garbage after whole batches is not read
+    assert down_convert(good + good[:30], 1, 0, 1 << 20) == down_convert(good, 1, 0, 1 << 20)
+    assert down_convert(good + b"\x00" * 20, 1, 0, 1 << 20) == down_convert(good, 1, 0, 1 << 20)
+
+
+def test_legacy_messages_in_the_log_are_copied_or_converted():
+    old = legacy_messages(1, [(3, BASE, b"k", b"v")])
+    assert down_convert(old, 1, 3, 1 << 20) == old
+    assert down_convert(old, 0, 3, 1 << 20) == legacy_messages(0, [(3, None, b"k", b"v")])
+
+
+def test_overflow_marker_reads_as_a_partial_message():
+    """Kafka's overflow batch: offset -1 and a length past the end, so the client sees no whole
+    message and takes it for one larger than its fetch size."""
+    assert len(OVERFLOW_MARKER) == 12
+    records = MemoryRecords(OVERFLOW_MARKER)
+    assert records.size_in_bytes() == 12 and not records.has_next()

@@ -1,9 +1,12 @@
 """Produce: validate each batch header and CRC, check idempotent producers' epoch and sequence
-(log/producer_state.py), assign offsets in place, append. Per batch, never per record."""
+(log/producer_state.py), assign offsets in place, append. Per batch, never per record, except for
+the rare batches Kafka's LogValidator changes (``_reworked``): an impossible maxTimestamp, a topic
+whose compression.type is not the batch's codec, a topic with timestamp limits."""
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,9 +25,21 @@ from kafkacompat.wire.produce import (
     encode_produce_response,
 )
 from kafkacompat.wire.legacy import is_legacy, upconvert
-from kafkacompat.wire.records import BatchHeader, require_record_keys, validate_batches, validate_produce_records
+from kafkacompat.wire.records import (
+    BatchHeader,
+    has_impossible_max_timestamp,
+    iter_batches,
+    recompress_batch,
+    recompute_max_timestamp,
+    require_record_keys,
+    timestamp_errors,
+    validate_batches,
+    validate_produce_records,
+)
 
 if TYPE_CHECKING:
+    from kafkacompat.log.config import LogConfig
+    from kafkacompat.log.partition_log import PartitionLog
     from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.produce")
@@ -129,9 +144,12 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         partition = _find_partition(ctx, name, topic_id, data.index)
         partition.check_leader()
         records = data.records if data.records is not None else memoryview(bytearray())
-        records, headers = _validated(records, ctx.version, partition.log.config.max_message_bytes)
-        if partition.log.config.compacts:  # compaction: every record needs a key (decodes the records)
+        config = partition.log.config
+        records, headers = _validated(records, ctx.version, config, partition.log)
+        if config.compacts:  # compaction: every record needs a key (decodes the records)
             require_record_keys(records, headers, partition.log.name)
+        if config.reworks_batches or headers[0].max_timestamp < headers[0].base_timestamp:
+            records, headers = _reworked(records, headers, config, partition.log.name)
         if request.acks == -1:
             partition.check_enough_replicas()
         if headers[0].producer_id >= 0:
@@ -144,6 +162,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     except KafkaError as exc:
         result.error_code = exc.code
         result.error_message = exc.message
+        if isinstance(exc, RecordErrors):
+            result.record_errors = exc.record_errors
         if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition is not None and partition.leader_id >= 0:
             result.current_leader = (partition.leader_id, partition.leader_epoch)
         log.debug("Produce to %s-%d from %s failed: %s", name, data.index, ctx.client_id, exc)
@@ -176,14 +196,90 @@ def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate,
     return result
 
 
-def _validated(records: memoryview, version: int, max_batch_bytes: int) -> tuple[memoryview, list[BatchHeader]]:
+def _validated(records: memoryview, version: int, config: "LogConfig",
+               log_: "PartitionLog") -> tuple[memoryview, list[BatchHeader]]:
     """Kafka's checks per version. v0-v2 (old clients) may carry several batches, and legacy
     magic 0/1 message sets, which are converted to one v2 batch as Kafka 3.x stores them."""
     if version >= 3:
-        return records, validate_produce_records(records, version, max_batch_bytes)
+        return records, validate_produce_records(records, version, config.max_message_bytes)
     if is_legacy(records):
         records = upconvert(records)
-    return records, validate_batches(records, max_batch_bytes)
+    headers = validate_batches(records, config.max_message_bytes)
+    if len(headers) > 1 and not config.reworks_batches:
+        # The caller looks at the first batch only; the others of an old request are checked here.
+        return _reworked(records, headers, config, log_.name)
+    return records, headers
+
+
+class RecordErrors(KafkaError):
+    """A batch refused for some of its records (Kafka's RecordValidationException): the answer
+    carries ``record_errors`` (index in the batch, message) from Produce v8."""
+
+    def __init__(self, code: ErrorCode, message: str, record_errors: list[tuple[int, str | None]]) -> None:
+        super().__init__(code, message)
+        self.record_errors = record_errors
+
+
+def _reworked(records: memoryview, headers: list[BatchHeader], config: "LogConfig",
+              partition: str) -> tuple[memoryview, list[BatchHeader]]:
+    """What Kafka's LogValidator changes in a client's batches, for the batches that need it:
+
+    - a batch whose codec is not the topic's compression.type (unless "producer") is rebuilt with
+      it ("uncompressed": none), at the topic's compression level; control batches sent
+      uncompressed stay so (Kafka never compresses them);
+    - a CreateTime batch whose maxTimestamp is impossible (below its base timestamp: Sarama < 1.27
+      sends -1) gets the real max of its records, so the time index, ListOffsets by timestamp,
+      retention and producer expiry see it (a correct batch's max is kept as sent: checking it
+      would mean decoding every batch);
+    - on a CreateTime topic with message.timestamp.before.max.ms / after.max.ms (or the deprecated
+      difference.max.ms), a batch with a record outside [now - before, now + after] is refused
+      with INVALID_TIMESTAMP, naming the records (Produce v8+ record_errors).
+
+    A rebuilt batch can grow: it must still fit max.message.bytes (MESSAGE_TOO_LARGE), as Kafka
+    re-checks after recompression. A batch that does not decode is CORRUPT_MESSAGE."""
+    target = config.target_codec
+    pieces: list[bytes | memoryview] | None = None
+    try:
+        for index, header in enumerate(headers):
+            if target >= 0 and header.compression != target and (header.compression or not header.is_control):
+                rebuilt = recompress_batch(records, header, target, config.target_level)
+                if pieces is None:
+                    pieces = [records[h.position:h.position + h.size] for h in headers[:index]]
+                pieces.append(rebuilt)
+                continue
+            if has_impossible_max_timestamp(header) and not config.uses_log_append_time:
+                recompute_max_timestamp(records, header)
+            if pieces is not None:
+                pieces.append(records[header.position:header.position + header.size])
+    except KafkaError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a malformed or undecompressable batch
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch does not decode: {error}") from None
+    if pieces is not None:
+        records = memoryview(bytearray().join(pieces))
+        headers = list(iter_batches(records))
+        for header in headers:
+            if header.size > config.max_message_bytes:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"Message batch size is {header.size} bytes in append to partition {partition} which exceeds "
+                    f"the maximum configured size of {config.max_message_bytes}.",
+                )
+    if config.checks_timestamps:
+        _check_timestamps(records, headers, config)
+    return records, headers
+
+
+def _check_timestamps(records: memoryview, headers: list[BatchHeader], config: "LogConfig") -> None:
+    now = int(time.time() * 1000)
+    low, high = now - config.timestamp_before_max_ms, now + config.timestamp_after_max_ms
+    try:
+        errors = [error for header in headers for error in timestamp_errors(records, header, low, high)]
+    except Exception as error:  # noqa: BLE001 - a malformed or undecompressable batch
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"record batch does not decode: {error}") from None
+    if errors:
+        raise RecordErrors(ErrorCode.INVALID_TIMESTAMP,
+                           "One or more records have been rejected due to invalid timestamp", errors)
 
 
 def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable, Mapping
 
 INT32_MAX = 2**31 - 1
@@ -12,6 +12,8 @@ INT64_MIN = -(2**63)
 
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
+# compression.type -> the codec id batches are stored with; "producer" keeps the producer's (-1).
+COMPRESSION_CODECS = {"producer": -1, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
 
 @dataclass
@@ -37,6 +39,33 @@ class LogConfig:
     # Accepted for compatibility only: deleted segments are unlinked at once, because every
     # in-flight read holds its own duplicated descriptor.
     file_delete_delay_ms: int = 60000
+    # What the produce path does to a client's batch before it is appended (Kafka's LogValidator;
+    # handlers/produce.py). These settings act on incoming batches, not on the stored log, so they
+    # are left out of equality (compare=False): two configs that store and clean alike are equal.
+    compression_type: str = field(default="producer", compare=False)
+    compression_gzip_level: int = field(default=-1, compare=False)  # -1: zlib's default (6)
+    compression_lz4_level: int = field(default=9, compare=False)  # 9: the fast compressor, as Kafka
+    compression_zstd_level: int = field(default=3, compare=False)
+    message_timestamp_before_max_ms: int = field(default=INT64_MAX, compare=False)
+    message_timestamp_after_max_ms: int = field(default=INT64_MAX, compare=False)
+    message_timestamp_difference_max_ms: int = field(default=INT64_MAX, compare=False)  # deprecated
+
+    def __post_init__(self) -> None:
+        # Derived once, read by every produce request (a config is replaced whole, never edited):
+        # target_codec -1 keeps the producer's codec; reworks_batches is the one flag the produce
+        # path tests before doing anything per batch beyond the in-place patches.
+        self.target_codec = COMPRESSION_CODECS[self.compression_type]
+        self.target_level = {1: self.compression_gzip_level, 3: self.compression_lz4_level,
+                             4: self.compression_zstd_level}.get(self.target_codec)
+        # Kafka's LogConfig: before/after.max.ms fall back to the deprecated difference.max.ms
+        # while they keep their default. Only CreateTime topics check record timestamps.
+        before, after = self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms
+        difference = self.message_timestamp_difference_max_ms
+        self.timestamp_before_max_ms = before if before != INT64_MAX else difference
+        self.timestamp_after_max_ms = after if after != INT64_MAX else difference
+        self.checks_timestamps = not self.uses_log_append_time and (
+            self.timestamp_before_max_ms != INT64_MAX or self.timestamp_after_max_ms != INT64_MAX)
+        self.reworks_batches = self.target_codec >= 0 or self.checks_timestamps
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> "LogConfig":
@@ -111,6 +140,29 @@ def _timestamp_type(key: str, raw: str) -> str:
     return raw
 
 
+def _compression_type(key: str, raw: str) -> str:
+    value = raw.lower()
+    if value not in COMPRESSION_CODECS:
+        raise ValueError(
+            f"Invalid value {raw!r} for configuration {key}: must be one of {', '.join(COMPRESSION_CODECS)}")
+    return value
+
+
+def _level(minimum: int, maximum: int, default: int) -> Callable[[str, str], int]:
+    """A compression level: Kafka's range for the codec, or the codec's default sentinel."""
+    in_range = _integer(minimum, maximum)
+
+    def parse(key: str, raw: str) -> int:
+        try:
+            if int(raw) == default:
+                return default
+        except ValueError:
+            pass
+        return in_range(key, raw)
+
+    return parse
+
+
 def _cleanup_policy(key: str, raw: str) -> str:
     policies = _split_list(raw)
     unknown = [policy for policy in policies if policy not in CLEANUP_POLICIES]
@@ -140,4 +192,11 @@ _PROPERTIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     "min.compaction.lag.ms": ("min_compaction_lag_ms", _integer(0, INT64_MAX)),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", _integer(1, INT64_MAX)),
+    "compression.type": ("compression_type", _compression_type),
+    "compression.gzip.level": ("compression_gzip_level", _level(1, 9, -1)),
+    "compression.lz4.level": ("compression_lz4_level", _level(1, 17, 9)),
+    "compression.zstd.level": ("compression_zstd_level", _level(-131072, 22, 3)),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0, INT64_MAX)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0, INT64_MAX)),
+    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _integer(0, INT64_MAX)),
 }

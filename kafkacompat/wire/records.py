@@ -8,8 +8,10 @@ Layout (Kafka implementation docs, "Record Batch"):
     recordsCount int32 | records...
 
 The CRC32C covers attributes..end, so baseOffset and partitionLeaderEpoch can be patched in
-place without recomputing it. Everything here is per batch; records are only decoded by
-``iter_records`` for the features that need them (compaction, transactions).
+place without recomputing it. Everything here is per batch; records are only decoded for the
+features that need them (compaction, and the produce path's rare repairs: a batch whose
+maxTimestamp is impossible, a batch to recompress for the topic's compression.type, a batch whose
+timestamps break the topic's limits).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted in batchLength
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+MAX_TIMESTAMP_OFFSET = 35
 CURRENT_MAGIC = 2
 NO_TIMESTAMP = -1
 
@@ -221,12 +224,94 @@ def set_log_append_time(buf: memoryview | bytearray, header: BatchHeader, timest
     pos = header.position
     attributes = header.attributes | TIMESTAMP_TYPE_MASK
     struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
-    _MAX_TIMESTAMP.pack_into(buf, pos + 35, timestamp_ms)
+    header.attributes = attributes
+    _set_max_timestamp(buf, header, timestamp_ms)
+
+
+def _set_max_timestamp(buf: memoryview | bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+    pos = header.position
+    _MAX_TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
     crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
     _CRC.pack_into(buf, pos + CRC_OFFSET, crc)
-    header.attributes = attributes
     header.max_timestamp = timestamp_ms
     header.crc = crc
+
+
+def has_impossible_max_timestamp(header: BatchHeader) -> bool:
+    """A CreateTime batch whose maxTimestamp is below its baseTimestamp (the first record's):
+    no correct producer writes that; Sarama before 1.27 leaves it at -1."""
+    return header.max_timestamp < header.base_timestamp and not header.attributes & TIMESTAMP_TYPE_MASK
+
+
+def recompute_max_timestamp(buf: memoryview | bytearray, header: BatchHeader) -> int:
+    """Kafka's LogValidator for a CreateTime batch: maxTimestamp is the largest record timestamp.
+    Reads the records' timestamp deltas (decompressing if needed), patches the header in place
+    and recomputes the CRC; returns the new max timestamp. Raises ValueError (or the codec's
+    error) if the records do not decode. Only for batches that need it: it is per record."""
+    timestamp = header.base_timestamp + max_timestamp_delta(batch_body(buf, header), header.records_count)
+    _set_max_timestamp(buf, header, timestamp)
+    return timestamp
+
+
+def max_timestamp_delta(body: bytes, records_count: int) -> int:
+    """The largest timestampDelta among the first ``records_count`` records of a (decompressed)
+    records section; only each record's length, attributes and delta are read."""
+    best = None
+    position = 0
+    try:
+        for _ in range(records_count):
+            length, position = read_varint(body, position)
+            end = position + length
+            delta, after = read_varint(body, position + 1)  # after the record's attributes byte
+            if length <= 0 or after > end:
+                raise ValueError("record runs past its length")
+            if best is None or delta > best:
+                best = delta
+            position = end
+    except IndexError:
+        raise ValueError("truncated record in a record batch") from None
+    if best is None or position > len(body):
+        raise ValueError("truncated record in a record batch")
+    return best
+
+
+def recompress_batch(buf: bytes | memoryview | bytearray, header: BatchHeader, codec: int,
+                     level: int | None = None) -> bytearray:
+    """The batch at ``header`` rewritten with ``codec`` (0: uncompressed), as Kafka's LogValidator
+    rebuilds a batch for the topic's compression.type: the records section is decompressed and
+    compressed again, so every record keeps its offset delta, timestamp delta, key, value and
+    headers byte for byte; the header keeps base offset, last offset delta, leader epoch, base
+    timestamp, producer id/epoch, base sequence, record count and every attribute but the codec;
+    length and CRC are new. An impossible CreateTime maxTimestamp (see
+    has_impossible_max_timestamp) is recomputed from the records on the way. Raises ValueError or
+    the codec's error when the batch does not decompress."""
+    body = batch_body(buf, header)
+    max_timestamp = header.max_timestamp
+    if has_impossible_max_timestamp(header):
+        max_timestamp = header.base_timestamp + max_timestamp_delta(body, header.records_count)
+    payload = compress(codec, body, level) if codec else body
+    attributes = (header.attributes & ~COMPRESSION_MASK) | codec
+    return _sealed_batch(header, attributes, header.base_timestamp, max_timestamp, header.records_count, payload)
+
+
+def timestamp_errors(buf: bytes | memoryview | bytearray, header: BatchHeader, low: int,
+                     high: int) -> list[tuple[int, str]]:
+    """Kafka's CreateTime rule (message.timestamp.before.max.ms / after.max.ms): every record
+    timestamp must lie in [low, high] (-1, no timestamp, always passes). Per batch: the header's
+    base and max timestamps decide; only a batch where one of them is outside has its records
+    decoded, to name each record outside as Kafka does: (index in the batch, message). A record
+    below its batch's base timestamp (a negative delta, which no known client writes) is not
+    checked on its own."""
+    base, top = header.base_timestamp, header.max_timestamp
+    if (base == NO_TIMESTAMP or low <= base <= high) and (top == NO_TIMESTAMP or low <= top <= high):
+        return []
+    errors = []
+    for index, span in enumerate(record_spans(buf, header)[1]):
+        timestamp = base + span[1]
+        if timestamp != NO_TIMESTAMP and not low <= timestamp <= high:
+            errors.append((index, f"Timestamp {timestamp} of message with offset {header.base_offset + span[0]} "
+                                  f"is out of range. The timestamp should be within [{low}, {high}]"))
+    return errors
 
 
 # ---- records inside a batch (compaction and compacted-topic validation only) -----------------
@@ -260,9 +345,21 @@ def decompress(codec: int, data: bytes) -> bytes:
     return decoders[codec](data)
 
 
-def compress(codec: int, data: bytes) -> bytes:
+def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
+    """``data`` compressed with ``codec`` in Kafka's framings. ``level`` is Kafka's level for the
+    codec (KIP-390: compression.gzip.level -1 = zlib's default 6, compression.lz4.level 9 = the
+    fast compressor, compression.zstd.level); None keeps kafka-python's defaults (the cleaner's)."""
     from kafka import codec as codecs
 
+    if level is not None:
+        if codec == 1:
+            return codecs.gzip_encode(data, compresslevel=6 if level == -1 else level)
+        if codec == 3:
+            return codecs.lz4_encode(data, compression_level=0 if level == 9 else level)
+        if codec == 4:
+            import zstandard
+
+            return zstandard.ZstdCompressor(level=level).compress(data)
     encoders = {1: codecs.gzip_encode, 2: codecs.snappy_encode, 3: codecs.lz4_encode, 4: codecs.zstd_encode}
     if codec not in encoders:
         raise ValueError(f"unknown compression codec {codec}")
@@ -379,12 +476,19 @@ def build_batch(template: BatchHeader, records: list[Record], *, attributes: int
     codec = attributes & COMPRESSION_MASK
     if codec and records:
         body = compress(codec, body)
-    batch = bytearray(HEADER_SIZE) + body
+    return bytes(_sealed_batch(template, attributes, base_timestamp, max_timestamp, len(records), body))
+
+
+def _sealed_batch(template: BatchHeader, attributes: int, base_timestamp: int, max_timestamp: int,
+                  records_count: int, payload: bytes) -> bytearray:
+    """A batch header from ``template`` (base offset, last offset delta, leader epoch, producer
+    fields) and the given fields, followed by ``payload``, with its length and CRC."""
+    batch = bytearray(HEADER_SIZE) + payload
     _HEADER.pack_into(batch, 0, template.base_offset, len(batch) - LOG_OVERHEAD, template.partition_leader_epoch,
                       CURRENT_MAGIC, 0, attributes, template.last_offset_delta, base_timestamp, max_timestamp,
-                      template.producer_id, template.producer_epoch, template.base_sequence, len(records))
+                      template.producer_id, template.producer_epoch, template.base_sequence, records_count)
     _CRC.pack_into(batch, CRC_OFFSET, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_OFFSET:]))
-    return bytes(batch)
+    return batch
 
 
 def require_record_keys(records: memoryview, headers: list[BatchHeader], partition: str) -> None:

@@ -8,6 +8,8 @@ import zlib
 
 import crc32c
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kafka import codec as codecs
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -240,3 +242,33 @@ def test_overflow_marker_reads_as_a_partial_message():
     assert len(OVERFLOW_MARKER) == 12
     records = MemoryRecords(OVERFLOW_MARKER)
     assert records.size_in_bytes() == 12 and not records.has_next()
+
+
+VALID_INPUTS = [v2_batch(0, 0), v2_batch(3, 1, RECORDS[:3]), v2_batch(9, 0, RECORDS[:2], control=True),
+                legacy_messages(1, [(3, BASE, b"k", b"v")])]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=400), magic=st.sampled_from([0, 1]), first=st.integers(-5, 20),
+       limit=st.integers(-1, 5000))
+def test_random_bytes_convert_or_raise_kafka_errors(data, magic, first, limit):
+    try:
+        down_convert(data, magic, first, limit)
+    except KafkaError:
+        pass
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(source=st.sampled_from(VALID_INPUTS), edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)),
+                                                             min_size=1, max_size=6),
+       cut=st.integers(0, 10_000), magic=st.sampled_from([0, 1]))
+def test_mutated_batches_convert_or_raise_kafka_errors(source, edits, cut, magic):
+    """Stored batches are CRC-checked when written; a damaged log must still never raise anything
+    but KafkaError here (uncompressed and gzip inputs: other decoders trust their size fields)."""
+    data = bytearray(source)
+    for position, value in edits:
+        data[position % len(data)] = value
+    try:
+        down_convert(bytes(data[:cut % (len(data) + 1)]), magic, 0, 1 << 20)
+    except KafkaError:
+        pass

@@ -137,6 +137,9 @@ def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limi
     except KafkaError as exc:
         log.debug("Down-conversion of partition %d at %d failed: %s", result.index, wanted.fetch_offset, exc)
         return FetchPartitionResult(result.index, exc.code)
+    except OSError as exc:  # the log file could not be read: KAFKA_STORAGE_ERROR, as these versions see it
+        log.warning("Reading partition %d at %d for down-conversion failed: %s", result.index, wanted.fetch_offset, exc)
+        return FetchPartitionResult(result.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
     finally:
         close_chunks(regions)
     result.records = [converted] if converted else []

@@ -11,8 +11,8 @@ Sarama 1.22 picks request versions from ``config.Version``, mostly hard-coded pe
   v0, DeleteRecords v0, InitProducerId v0;
 - ``0.11.0.0``: the same data path (the first version with headers and RecordBatch v2), Metadata v1;
 - ``0.10.2.0`` (Produce v2, magic-1 message sets with timestamps) and ``0.8.2.0`` (Produce v0,
-  magic-0 message sets without): the legacy produce path, read back with a newer Sarama (their
-  Fetch v0-v3 is not served: README, "Not yet").
+  magic-0 message sets without): the legacy produce path, read back with a newer Sarama (old
+  consumers on Fetch v0-3 are in test_sarama_old_fetch.py).
 
 zstd: Sarama 1.22 compresses with zstd but still sends Produce v3, so Kafka (and the broker) refuse
 it (UNSUPPORTED_COMPRESSION_TYPE, zstd needs Produce v7); it can still read zstd batches.

@@ -194,3 +194,47 @@ def test_version_1_answers_with_offset_and_timestamp(broker, filled):
 def test_follower_style_request_sees_the_log_end(broker, filled):
     (result,) = raw_list(broker, 9, filled, (0, -1, -1), replica_id=1, isolation_level=1)
     assert (result.error_code, result.offset) == (0, 5)
+
+
+# ---- v0: the legacy answer (old Sarama, kafka-python at api_version 0.10.0 and older) -----------
+
+
+def raw_list_v0(broker, topic: str, timestamp: int, max_num_offsets: int, partition: int = 0):
+    topic_cls = request_class(LIST_OFFSETS).ListOffsetsTopic
+    request = request_class(LIST_OFFSETS)(version=0, replica_id=-1, topics=[topic_cls(name=topic, partitions=[
+        topic_cls.ListOffsetsPartition(partition_index=partition, timestamp=timestamp, max_num_offsets=max_num_offsets)])])
+    with RawConnection(broker.bootstrap) as conn:
+        response = conn.call(request, response_class(LIST_OFFSETS), 0)
+    (result,) = [p for t in response.topics for p in t.partitions]
+    return result.error_code, list(result.old_style_offsets)
+
+
+def test_v0_answers_segment_offsets_before_a_time(broker, filled):
+    import time
+
+    assert raw_list_v0(broker, filled, -1, 1) == (0, [5])  # latest
+    assert raw_list_v0(broker, filled, -2, 1) == (0, [0])  # earliest
+    assert raw_list_v0(broker, filled, -1, 10) == (0, [5, 0])  # the log end, then the segment's base
+    # by time: what was there no later than the timestamp (segment modification times, not record times)
+    assert raw_list_v0(broker, filled, int(time.time() * 1000) + 60_000, 10) == (0, [5, 0])
+    assert raw_list_v0(broker, filled, BASE, 10) == (0, [])
+    assert raw_list_v0(broker, filled, -1, 0) == (0, [])
+    assert raw_list_v0(broker, filled, -1, 1, partition=7)[0] == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_kafka_python_at_0_10_0_resets_with_v0(broker, filled):
+    """kafka-python pinned to broker 0.10.0 resets offsets with ListOffsets v0 (and fetches with v2)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    tp = KTopicPartition(filled, 0)
+    for reset, first in (("earliest", 0), ("latest", None)):
+        consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=(0, 10, 0), auto_offset_reset=reset,
+                                 enable_auto_commit=False, group_id=None)
+        try:
+            consumer.assign([tp])
+            assert consumer.position(tp) == (0 if reset == "earliest" else 5)
+            records = [r for batch in consumer.poll(timeout_ms=3000).values() for r in batch]
+            assert [r.offset for r in records][:1] == ([first] if first is not None else [])
+        finally:
+            consumer.close()

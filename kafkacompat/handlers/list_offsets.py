@@ -7,10 +7,16 @@ that bound is "not found" (offset -1, timestamp -1). Special timestamps newer th
 version, and negative timestamps Kafka does not define, get UNSUPPORTED_VERSION. There is no
 tiered storage here, so LATEST_TIERED and EARLIEST_PENDING_UPLOAD find nothing (-1) and
 EARLIEST_LOCAL is the log start offset.
+
+v0 (Sarama before 0.10.1, kafka-python at api_version 0.10.0 and older) answers the legacy way,
+UnifiedLog.legacyFetchOffsetsBefore: up to max_num_offsets segment base offsets (and the log end)
+whose segment was last modified at or before the timestamp, newest first.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
@@ -156,7 +162,47 @@ def _duplicate_partitions(request) -> set[tuple[str, int]]:
     return duplicates
 
 
-@handles(LIST_OFFSETS, 1, 11)
+def legacy_offsets_before(partition: Partition, timestamp: int, max_num_offsets: int, *, from_consumer: bool) -> list[int]:
+    """Kafka's legacyFetchOffsetsBefore (ListOffsets v0): (offset, last modified ms) for each segment
+    and, when the active segment holds data, the log end offset "now"; the offsets from the newest
+    entry modified at or before ``timestamp`` backwards, at most ``max_num_offsets``, descending.
+    A consumer never sees an offset above the high watermark."""
+    log = partition.log
+    segments = log.segments()
+    entries = [(max(segment.base_offset, log.log_start_offset), int(os.stat(segment.log_path).st_mtime * 1000))
+               for segment in segments]
+    if segments[-1].size > 0:
+        entries.append((log.log_end_offset, int(time.time() * 1000)))
+    if timestamp == LATEST_TIMESTAMP:
+        start = len(entries) - 1
+    elif timestamp == EARLIEST_TIMESTAMP:
+        start = 0
+    else:
+        start = next((i for i in range(len(entries) - 1, -1, -1) if entries[i][1] <= timestamp), -1)
+    offsets = sorted((entries[i][0] for i in range(start, start - min(max_num_offsets, start + 1), -1)), reverse=True)
+    if from_consumer:
+        high_watermark = partition.high_watermark
+        if any(offset > high_watermark for offset in offsets):
+            offsets = [high_watermark] + [offset for offset in offsets if offset <= high_watermark]
+    return offsets
+
+
+def _list_partition_v0(ctx: RequestContext, request, topic_name: str, wanted, partition_cls):
+    index = wanted.partition_index
+    partition = ctx.broker.partition(topic_name, index)
+    if partition is None:
+        return partition_cls(partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, old_style_offsets=[])
+    try:
+        if request.replica_id != DEBUGGING_REPLICA_ID:
+            partition.check_leader()
+    except KafkaError as exc:
+        return partition_cls(partition_index=index, error_code=exc.code, old_style_offsets=[])
+    offsets = legacy_offsets_before(partition, wanted.timestamp, wanted.max_num_offsets,
+                                    from_consumer=request.replica_id == CONSUMER_REPLICA_ID)
+    return partition_cls(partition_index=index, error_code=ErrorCode.NONE, old_style_offsets=offsets)
+
+
+@handles(LIST_OFFSETS, 0, 11)
 async def handle_list_offsets(request, ctx: RequestContext):
     topic_cls = response_class(LIST_OFFSETS).ListOffsetsTopicResponse
     partition_cls = topic_cls.ListOffsetsPartitionResponse
@@ -172,6 +218,8 @@ async def handle_list_offsets(request, ctx: RequestContext):
             answered.add(key)
             if key in duplicates:
                 partitions.append(_partition_result(partition_cls, wanted.partition_index, ErrorCode.INVALID_REQUEST))
+            elif ctx.version == 0:
+                partitions.append(_list_partition_v0(ctx, request, topic.name, wanted, partition_cls))
             else:
                 partitions.append(_list_partition(ctx, request, topic.name, wanted, partition_cls))
         if partitions:

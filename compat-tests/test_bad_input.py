@@ -59,6 +59,12 @@ BAD_STREAMS = {
     "unsupported-metadata-version": _header_only(3, 99, True),
     "unsupported-produce-version": _header_only(0, 99, True),
     "metadata-body-cut-short": frame(request_header(3, 4, 7, flexible=False) + b"\x00\x00\x00\x05\x00"),
+    # null (length -1) where the schema does not allow it: Kafka's readers refuse the request
+    "list-offsets-null-topics": frame(request_header(2, 2, 7, flexible=False) + struct.pack(">ibi", -1, 0, -1)),
+    "create-topics-null-topics": frame(request_header(19, 2, 7, flexible=False) + struct.pack(">iib", -1, 1000, 0)),
+    "describe-configs-null-resources": frame(request_header(32, 1, 7, flexible=False) + struct.pack(">ib", -1, 0)),
+    "alter-configs-null-config-name": frame(request_header(33, 0, 7, flexible=False) + struct.pack(
+        ">ibh1sih", 1, 2, 1, b"t", 1, -1) + struct.pack(">hb", -1, 0)),
 }
 
 
@@ -69,6 +75,7 @@ def test_bad_stream_closes_only_that_connection(broker, topic, payload):
         assert conn.closed_by_broker(timeout=5), "the broker kept a connection that sent a non-Kafka stream"
         assert_api_versions_works(bystander)
     assert_broker_healthy(broker, topic)
+    assert "internal error" not in broker.output()  # refused as malformed, not by a crash in a handler
 
 
 def test_truncated_frame_then_close(broker, topic):

@@ -54,9 +54,33 @@ def schema_version_range(api_key: int) -> tuple[int, int] | None:
 def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryview) -> Any:
     cls = request_class(api_key)
     try:
-        return cls.decode(memoryview(body), version=version)
+        message = cls.decode(memoryview(body), version=version)
     except Exception as exc:  # the library raises struct.error, IndexError, ValueError...
         raise DecodeError(f"malformed {cls.name} v{version} request: {exc!r}") from exc
+    _check_non_nullable(cls.fields, message, version, cls.name)
+    return message
+
+
+_NULLABLE_TYPES = ("string", "bytes", "records")
+
+
+def _check_non_nullable(fields: dict, message: Any, version: int, where: str) -> None:
+    """Kafka's generated readers refuse null (length -1) for a string, bytes or array field that
+    is not nullable at this version ("non-nullable field X was serialized as null"); kafka-python
+    decodes it as None, which no handler expects."""
+    for attribute, field in fields.items():
+        if field._tag is not None or not field.for_version_q(version):
+            continue
+        value = getattr(message, attribute, None)
+        if value is None:
+            if (field.is_array() or field._type_str in _NULLABLE_TYPES) and not field.nullable_for_version_q(version):
+                raise DecodeError(f"malformed {where} v{version} request: non-nullable field {field.name} "
+                                  f"was serialized as null")
+        elif field.is_struct_array():
+            for item in value:
+                _check_non_nullable(field.fields, item, version, where)
+        elif field.is_struct():
+            _check_non_nullable(field.fields, value, version, where)
 
 
 def new_response(api_key: int, version: int, **fields: Any) -> Any:

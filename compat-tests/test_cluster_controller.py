@@ -15,7 +15,7 @@ import time
 import pytest
 
 from cluster import ZooKeeperCluster
-from kafkacompat.testing.process import free_port
+from kafkacompat.testing.process import free_port, free_ports
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -94,9 +94,7 @@ def test_controller_killed_a_new_one_is_elected_and_the_cluster_serves(tmp_path,
 
 
 def test_dev_cluster_prints_a_working_bootstrap(tmp_path, topic_name):
-    port = free_port()
-    while any(_port_taken(port + i) for i in range(3)):
-        port = free_port()
+    port = free_ports(3)
     proc = subprocess.Popen(
         [sys.executable, "-m", "kafkacompat", "dev-cluster", "--brokers", "3", "--port", str(port),
          "--data-dir", str(tmp_path / "dev")],
@@ -134,17 +132,6 @@ def test_dev_cluster_prints_a_working_bootstrap(tmp_path, topic_name):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _port_taken(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return False
-        except OSError:
-            return True
 
 
 def test_group_coordinator_moves_with_offsets_leadership(tmp_path, topic_name):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,30 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from kafkacompat.testing.process import free_port
+from kafkacompat.testing.process import free_ports
 
 import confluent_kafka
 from confluent_kafka import TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 PARTITIONS = 3
-
-
-def _port_taken(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-            return False
-        except OSError:
-            return True
-
-
-def three_free_ports() -> int:
-    for _ in range(50):
-        port = free_port()
-        if port + 2 < 65536 and not any(_port_taken(port + i) for i in range(3)):
-            return port
-    raise AssertionError("no three consecutive free ports")
 
 
 class DevCluster:
@@ -135,7 +117,7 @@ def read_all(bootstrap: str, topic: str, ends: dict[int, int], timeout: float = 
 
 
 def test_dev_cluster_replicates_rf3_topics_with_acks_all_and_survives_a_restart(tmp_path, topic_name):
-    port = three_free_ports()
+    port = free_ports(3)
     cluster = DevCluster(tmp_path / "dev", port, tmp_path / "dev-cluster.log")
     try:
         bootstrap = cluster.start()

@@ -20,6 +20,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _port_taken(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return False
+        except OSError:
+            return True
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free loopback ports (dev-cluster takes P..P+N-1)."""
+    for _ in range(50):
+        port = free_port()
+        if port + count - 1 < 65536 and not any(_port_taken(port + i) for i in range(count)):
+            return port
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
 class BrokerProcess:
     """A `python -m kafkacompat serve` child process with its own data dir and log file."""
 

@@ -194,7 +194,7 @@ def run_dev_cluster(args: argparse.Namespace) -> None:
 
     import trio
 
-    from kafkacompat.controller.dev_cluster import InProcessCluster
+    from kafkacompat.dev_cluster import InProcessCluster
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

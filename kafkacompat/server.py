@@ -19,7 +19,7 @@ import logging
 import os
 import socket as stdlib_socket
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -27,9 +27,19 @@ from kafkacompat.wire.chunks import Chunk, FileRegion, close_chunks
 from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, parse_request_header
 
 if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.wire.frame import RequestHeader
 
 log = logging.getLogger("kafkacompat.server")
+
+
+class RequestDispatcher(Protocol):
+    """What the listener needs of the broker: its limits and a request runner."""
+
+    config: "BrokerConfig"
+
+    async def dispatch(self, header: "RequestHeader", body: memoryview,
+                       connection: "Connection | None") -> "list[Chunk] | None": ...
 
 _connection_ids = itertools.count(1)
 _SENDMSG_MAX_BUFFERS = 64
@@ -45,7 +55,7 @@ class ConnectionClosed(Exception):
 class Connection:
     """One client connection: reads frames, hands them to the broker, writes responses."""
 
-    def __init__(self, broker: "Broker", sock: trio.socket.SocketType) -> None:
+    def __init__(self, broker: "RequestDispatcher", sock: trio.socket.SocketType) -> None:
         self.broker = broker
         self.sock = sock
         self.fd = sock.fileno()
@@ -200,7 +210,7 @@ class Connection:
 class ConnectionLimits:
     """The live connections of a listener, per client address, and Kafka's limits on them."""
 
-    def __init__(self, broker: "Broker") -> None:
+    def __init__(self, broker: "RequestDispatcher") -> None:
         self.broker = broker
         self.connections: set[Connection] = set()
         self.per_ip: dict[str, int] = {}
@@ -255,8 +265,11 @@ class ConnectionLimits:
                     connection.cancel_scope.cancel()
 
 
-async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Accept connections forever; each runs in its own task in this nursery."""
+async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, accepting: trio.Event | None = None,
+                         task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Accept connections forever; each runs in its own task in this nursery. Started once the
+    port is bound; with ``accepting``, nothing is accepted before it is set (clients that connect
+    meanwhile wait in the backlog), so no request can reach a broker that is not ready."""
     listener = trio.socket.socket(
         stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET, stdlib_socket.SOCK_STREAM
     )
@@ -269,6 +282,8 @@ async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=
         nursery.start_soon(limits.close_idle)
         task_status.started(bound_port)
         with listener:
+            if accepting is not None:
+                await accepting.wait()
             while True:
                 await limits.wait_for_slot()
                 sock, _ = await listener.accept()

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from kafkacompat.controller.controller import CONTROLLER_EPOCH, assign_replicas, decide_state, state_path
-from kafkacompat.controller.dev_cluster import InProcessCluster
+from kafkacompat.dev_cluster import InProcessCluster
 from kafkacompat.controller.state import PartitionState
 from tests.conftest import trio_test
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -24,7 +24,7 @@ async def running_cluster(tmp_path, count=3, racks=None, overrides=None, zookeep
         for broker_id in range(count):
             await cluster.start_broker(broker_id, rack=racks[broker_id] if racks else None)
         try:
-            await wait_for(lambda: all(len(b.brokers()) == count for b in cluster.brokers.values()))
+            await wait_for(lambda: all(len(b.metadata.brokers()) == count for b in cluster.brokers.values()))
             yield cluster
         finally:
             await cluster.stop_all()
@@ -42,7 +42,7 @@ def controllers(cluster):
 
 
 def states(broker, topic):
-    topic_info = broker.topics.get(topic)
+    topic_info = broker.metadata.topic(topic)
     return [broker.cluster.cache.partition_state(topic, p) for p in range(topic_info.partitions)]
 
 
@@ -98,12 +98,12 @@ async def test_one_controller_and_reelection_when_its_broker_goes(tmp_path):
         store = cluster.brokers[first].store
         epoch = int((await store.get(CONTROLLER_EPOCH))[0])
         for broker in cluster.brokers.values():
-            assert broker.controller_id == first
+            assert broker.metadata.controller_id == first
         await cluster.stop_broker(first, controlled=False)
         await wait_for(lambda: len(controllers(cluster)) == 1)
         second = controllers(cluster)[0]
         assert second != first
-        await wait_for(lambda: all(b.controller_id == second for b in cluster.brokers.values()))
+        await wait_for(lambda: all(b.metadata.controller_id == second for b in cluster.brokers.values()))
         any_store = next(iter(cluster.brokers.values())).store
         assert int((await any_store.get(CONTROLLER_EPOCH))[0]) == epoch + 1
 
@@ -121,16 +121,16 @@ async def test_reelection_when_the_controller_session_expires(tmp_path):
             while int((await store.get(CONTROLLER_EPOCH))[0]) < 2:
                 await trio.sleep(0.02)
         await wait_for(lambda: len(controllers(cluster)) == 1 and all(
-            len(b.brokers()) == 3 for b in cluster.brokers.values()))
+            len(b.metadata.brokers()) == 3 for b in cluster.brokers.values()))
 
 
 @trio_test
 async def test_create_topic_rf3_every_broker_agrees(tmp_path):
     async with running_cluster(tmp_path) as cluster:
         broker = cluster.brokers[1]
-        topic = await broker.admin_create_topic("orders", 6, 3, {"retention.ms": "1000000"})
+        topic = await broker.admin.create_topic("orders", 6, 3, {"retention.ms": "1000000"})
         assert topic.partitions == 6 and topic.replication_factor == 3
-        await wait_for(lambda: all(b.topics.get("orders") and all(states(b, "orders"))
+        await wait_for(lambda: all(b.metadata.topic("orders") and all(states(b, "orders"))
                                    for b in cluster.brokers.values()))
         reference = states(broker, "orders")
         for state in reference:
@@ -140,24 +140,24 @@ async def test_create_topic_rf3_every_broker_agrees(tmp_path):
         assert {s.leader for s in reference} == {0, 1, 2}  # leaders spread
         for other in cluster.brokers.values():
             assert states(other, "orders") == reference
-            assert other.topics.get("orders").configs == {"retention.ms": "1000000"}
+            assert other.metadata.topic("orders").configs == {"retention.ms": "1000000"}
             # every broker hosts its replicas
             for state in reference:
                 assert (other.partition("orders", state.partition) is not None) == (other.node_id in state.replicas)
         with pytest.raises(KafkaError) as info:
-            await cluster.brokers[2].admin_create_topic("orders", 1, 1, {})
+            await cluster.brokers[2].admin.create_topic("orders", 1, 1, {})
         assert info.value.code == ErrorCode.TOPIC_ALREADY_EXISTS
 
 
 @trio_test
 async def test_leaders_move_to_isr_members_with_an_epoch_bump_when_a_broker_dies(tmp_path):
     async with running_cluster(tmp_path) as cluster:
-        await cluster.brokers[0].admin_create_topic("events", 3, 3, {})
+        await cluster.brokers[0].admin.create_topic("events", 3, 3, {})
         before = {s.partition: s for s in states(cluster.brokers[0], "events")}
         victim = before[0].leader
         await cluster.stop_broker(victim, controlled=False)
         survivor = next(iter(cluster.brokers.values()))
-        await wait_for(lambda: survivor.topics.get("events") is not None)
+        await wait_for(lambda: survivor.metadata.topic("events") is not None)
 
         def moved():
             current = states(survivor, "events")
@@ -179,15 +179,15 @@ async def test_leaders_move_to_isr_members_with_an_epoch_bump_when_a_broker_dies
 async def test_unclean_leader_election_is_honoured(tmp_path):
     async with running_cluster(tmp_path) as cluster:
         b0 = cluster.brokers[0]
-        await b0.admin_create_topic("clean", 1, 2, {}, assignment={0: [1, 2]})
-        await b0.admin_create_topic("unclean", 1, 2, {"unclean.leader.election.enable": "true"},
+        await b0.admin.create_topic("clean", 1, 2, {}, assignment={0: [1, 2]})
+        await b0.admin.create_topic("unclean", 1, 2, {"unclean.leader.election.enable": "true"},
                                     assignment={0: [1, 2]})
         leader = cluster.brokers[1]
         # The follower falls out of the ISR (as the leader would report it).
         for topic in ("clean", "unclean"):
             await wait_for(lambda: leader.cluster.cache.partition_state(topic, 0) is not None)
             state = leader.cluster.cache.partition_state(topic, 0)
-            await leader.controller_client.alter_partition(topic, 0, state.leader_epoch, state.partition_epoch, [1])
+            await leader.cluster.alter_partition(topic, 0, state.leader_epoch, state.partition_epoch, [1])
         await cluster.stop_broker(1, controlled=False)
         await wait_for(lambda: b0.cluster.cache.partition_state("unclean", 0).leader == 2)
         await wait_for(lambda: b0.cluster.cache.partition_state("clean", 0).leader == -1)
@@ -198,11 +198,11 @@ async def test_unclean_leader_election_is_honoured(tmp_path):
 @trio_test
 async def test_alter_partition_compare_and_set(tmp_path):
     async with running_cluster(tmp_path) as cluster:
-        await cluster.brokers[0].admin_create_topic("cas", 1, 3, {}, assignment={0: [2, 0, 1]})
+        await cluster.brokers[0].admin.create_topic("cas", 1, 3, {}, assignment={0: [2, 0, 1]})
         leader = cluster.brokers[2]
         await wait_for(lambda: leader.cluster.cache.partition_state("cas", 0) is not None)
         state = leader.cluster.cache.partition_state("cas", 0)
-        client = leader.controller_client
+        client = leader.cluster
         shrunk = await client.alter_partition("cas", 0, state.leader_epoch, state.partition_epoch, [2, 0])
         assert shrunk.isr == (2, 0) and shrunk.partition_epoch == state.partition_epoch + 1
         with pytest.raises(KafkaError) as stale:
@@ -212,7 +212,7 @@ async def test_alter_partition_compare_and_set(tmp_path):
             await client.alter_partition("cas", 0, state.leader_epoch - 1, shrunk.partition_epoch, [2])
         assert fenced.value.code == ErrorCode.FENCED_LEADER_EPOCH
         with pytest.raises(KafkaError) as not_leader:
-            await cluster.brokers[0].controller_client.alter_partition(
+            await cluster.brokers[0].cluster.alter_partition(
                 "cas", 0, state.leader_epoch, shrunk.partition_epoch, [2])
         assert not_leader.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         expanded = await client.alter_partition("cas", 0, state.leader_epoch, shrunk.partition_epoch, [2, 0, 1])
@@ -227,14 +227,14 @@ async def test_alter_partition_compare_and_set(tmp_path):
 @trio_test
 async def test_controlled_shutdown_moves_leaders_first(tmp_path):
     async with running_cluster(tmp_path) as cluster:
-        await cluster.brokers[0].admin_create_topic("moving", 6, 3, {})
+        await cluster.brokers[0].admin.create_topic("moving", 6, 3, {})
         leaving = cluster.brokers[1]
-        await wait_for(lambda: leaving.topics.get("moving") and all(states(leaving, "moving")))
+        await wait_for(lambda: leaving.metadata.topic("moving") and all(states(leaving, "moving")))
         before = {s.partition: s for s in states(leaving, "moving")}
         assert any(s.leader == 1 for s in before.values())
         assert await leaving.cluster.controlled_shutdown(timeout=10)
         # Still registered (alive), but it leads nothing and is in no ISR.
-        assert 1 in leaving.brokers()
+        assert 1 in leaving.metadata.brokers()
         for state in states(leaving, "moving"):
             assert state.leader != 1 and 1 not in state.isr
             if before[state.partition].leader == 1:
@@ -246,17 +246,17 @@ async def test_controlled_shutdown_moves_leaders_first(tmp_path):
 async def test_topic_deletion_and_partition_addition_through_the_store(tmp_path):
     async with running_cluster(tmp_path) as cluster:
         b0, b2 = cluster.brokers[0], cluster.brokers[2]
-        topic = await b0.admin_create_topic("temp", 2, 2, {})
-        await wait_for(lambda: b2.topics.get("temp") is not None)
-        await b2.admin_add_partitions(b2.topics.get("temp"), 5)
-        await wait_for(lambda: all(b.topics.get("temp") and b.topics.get("temp").partitions == 5
+        topic = await b0.admin.create_topic("temp", 2, 2, {})
+        await wait_for(lambda: b2.metadata.topic("temp") is not None)
+        await b2.admin.add_partitions(b2.metadata.topic("temp"), 5)
+        await wait_for(lambda: all(b.metadata.topic("temp") and b.metadata.topic("temp").partitions == 5
                                    and all(states(b, "temp")) for b in cluster.brokers.values()))
-        await b2.admin_delete_topic(b2.topics.get("temp"))
-        await wait_for(lambda: all(b.topics.get("temp") is None and not any(
-            k[0] == "temp" for k in b.partitions) for b in cluster.brokers.values()))
+        await b2.admin.delete_topic(b2.metadata.topic("temp"))
+        await wait_for(lambda: all(b.metadata.topic("temp") is None and not any(
+            k[0] == "temp" for k in b.replicas.partitions) for b in cluster.brokers.values()))
         assert await b0.store.exists("/brokers/topics/temp") is None
         assert await b0.store.children("/admin/delete_topics") == []
-        assert topic.topic_id not in b0.topics.by_id
+        assert b0.metadata.topic_by_id(topic.topic_id) is None
 
 
 @trio_test
@@ -265,20 +265,20 @@ async def test_zookeeper_cluster_election_failover_and_topics(tmp_path, zookeepe
     overrides = {"zookeeper.session.timeout.ms": "2000"}
     async with running_cluster(tmp_path, overrides=overrides, zookeeper_connect=connect) as cluster:
         await wait_for(lambda: len(controllers(cluster)) == 1)
-        await cluster.brokers[0].admin_create_topic("zk-topic", 3, 3, {})
+        await cluster.brokers[0].admin.create_topic("zk-topic", 3, 3, {})
         before = {s.partition: s for s in states(cluster.brokers[0], "zk-topic")}
         first = controllers(cluster)[0]
         # The controller's ZooKeeper session dies: its ephemerals go, a controller is elected again.
         await trio.to_thread.run_sync(cluster.brokers[first].store.expire_session_for_tests)
         await wait_for(lambda: len(controllers(cluster)) == 1 and all(
-            len(b.brokers()) == 3 for b in cluster.brokers.values()), timeout=30)
+            len(b.metadata.brokers()) == 3 for b in cluster.brokers.values()), timeout=30)
         # A broker dies: leaders move within the ISR.
         victim = before[0].leader
         await cluster.stop_broker(victim, controlled=False)
         survivor = next(iter(cluster.brokers.values()))
         await wait_for(lambda: all(s.leader != victim and victim not in s.isr for s in states(survivor, "zk-topic")),
                        timeout=30)
-        await survivor.admin_create_topic("after-failover", 2, 2, {})
+        await survivor.admin.create_topic("after-failover", 2, 2, {})
         assert all(states(survivor, "after-failover"))
 
 
@@ -286,7 +286,7 @@ async def test_zookeeper_cluster_election_failover_and_topics(tmp_path, zookeepe
 async def test_preferred_and_unclean_elections_through_the_controller(tmp_path):
     async with running_cluster(tmp_path) as cluster:
         b0 = cluster.brokers[0]
-        await b0.admin_create_topic("pref", 1, 3, {}, assignment={0: [1, 0, 2]})
+        await b0.admin.create_topic("pref", 1, 3, {}, assignment={0: [1, 0, 2]})
         await wait_for(lambda: b0.cluster.cache.partition_state("pref", 0) is not None)
         results = await b0.cluster.elect_leaders(0, [("pref", 0), ("nope", 0)])
         assert results[("pref", 0)][0] == ErrorCode.ELECTION_NOT_NEEDED
@@ -297,7 +297,7 @@ async def test_preferred_and_unclean_elections_through_the_controller(tmp_path):
         assert await leaving.cluster.controlled_shutdown(timeout=10)
         await cluster.stop_broker(1, controlled=False)
         await cluster.start_broker(1)
-        await wait_for(lambda: 1 in b0.brokers())
+        await wait_for(lambda: 1 in b0.metadata.brokers())
         moved = b0.cluster.cache.partition_state("pref", 0)
         assert moved.leader == 0 and 1 not in moved.isr
         results = await b0.cluster.elect_leaders(0, [("pref", 0)])
@@ -306,7 +306,7 @@ async def test_preferred_and_unclean_elections_through_the_controller(tmp_path):
         await wait_for(lambda: leader.cluster.cache.partition_state("pref", 0).leader == 0)
         state = leader.cluster.cache.partition_state("pref", 0)
         if 1 not in state.isr:  # as the leader would report the caught-up follower
-            await leader.controller_client.alter_partition("pref", 0, state.leader_epoch, state.partition_epoch,
+            await leader.cluster.alter_partition("pref", 0, state.leader_epoch, state.partition_epoch,
                                                            list(state.isr) + [1])
         results = await cluster.brokers[2].cluster.elect_leaders(0, [("pref", 0)])
         assert results[("pref", 0)] == (ErrorCode.NONE, None)
@@ -331,11 +331,11 @@ async def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(tm
     overrides = {"leader.imbalance.check.interval.seconds": "1"}
     async with running_cluster(tmp_path, overrides=overrides) as cluster:
         b0 = cluster.brokers[0]
-        await b0.admin_create_topic("rebalance", 3, 3, {}, assignment={0: [1, 0, 2], 1: [1, 2, 0], 2: [0, 1, 2]})
+        await b0.admin.create_topic("rebalance", 3, 3, {}, assignment={0: [1, 0, 2], 1: [1, 2, 0], 2: [0, 1, 2]})
         await cluster.stop_broker(1, controlled=False)
         await wait_for(lambda: all(s.leader != 1 for s in states(b0, "rebalance")))
         await cluster.start_broker(1)
-        await wait_for(lambda: 1 in b0.brokers())
+        await wait_for(lambda: 1 in b0.metadata.brokers())
         # The returning follower rejoins the ISR (replication reports it once caught up; the test
         # reports it too, in case replication has not yet).
         with trio.fail_after(20):
@@ -344,7 +344,7 @@ async def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(tm
                     leader = cluster.brokers.get(state.leader)
                     if leader is not None:
                         try:
-                            await leader.controller_client.alter_partition(
+                            await leader.cluster.alter_partition(
                                 "rebalance", partition, state.leader_epoch, state.partition_epoch,
                                 list(state.isr) + [1])
                         except KafkaError:
@@ -357,7 +357,7 @@ async def test_auto_leader_rebalance_returns_leadership_to_preferred_replicas(tm
 async def test_a_deposed_controller_is_fenced_by_the_controller_epoch(tmp_path):
     async with running_cluster(tmp_path) as cluster:
         b0 = cluster.brokers[0]
-        await b0.admin_create_topic("fenced", 1, 3, {}, assignment={0: [0, 1, 2]})
+        await b0.admin.create_topic("fenced", 1, 3, {}, assignment={0: [0, 1, 2]})
         await wait_for(lambda: len(controllers(cluster)) == 1)
         zombie = cluster.brokers[controllers(cluster)[0]].cluster
         state = zombie.view.state("fenced", 0)

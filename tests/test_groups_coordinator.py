@@ -574,7 +574,7 @@ def test_leave_batch_and_last_member_leaving_empties_group(tmp_path):
 
 
 def _topic(h: Harness, name="orders", partitions=3):
-    h.broker.create_topic(name, partitions, 1, {})
+    h.broker.admin.create_topic_now(name, partitions, 1, {})
 
 
 def test_a_commit_is_visible_only_once_the_isr_has_it(tmp_path):

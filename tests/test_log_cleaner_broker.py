@@ -28,7 +28,7 @@ def open_broker(tmp_path: Path) -> Broker:
 def produce(broker: Broker, topic: str, items) -> tuple[int, str | None]:
     blob = memoryview(bytearray(make_batch(items)))
     request = ProduceRequestData(None, 1, 1000, [ProduceTopicData(topic, None, [ProducePartitionData(0, blob)])])
-    ctx = RequestContext(broker, RequestHeader(0, 9, 1, "test", True), None)
+    ctx = RequestContext(broker.services(), RequestHeader(0, 9, 1, "test", True), None)
     response = trio.run(handle_produce, request, ctx)
     result = response.topics[0].partitions[0]
     return result.error_code, result.error_message
@@ -37,9 +37,9 @@ def produce(broker: Broker, topic: str, items) -> tuple[int, str | None]:
 def test_compacted_topics_reject_keyless_records_at_produce_time(tmp_path):
     broker = open_broker(tmp_path)
     try:
-        broker.create_topic("compacted", 1, 1, {"cleanup.policy": "compact"})
-        broker.create_topic("both", 1, 1, {"cleanup.policy": "compact,delete"})
-        broker.create_topic("plain", 1, 1, {})
+        broker.admin.create_topic_now("compacted", 1, 1, {"cleanup.policy": "compact"})
+        broker.admin.create_topic_now("both", 1, 1, {"cleanup.policy": "compact,delete"})
+        broker.admin.create_topic_now("plain", 1, 1, {})
         for topic in ("compacted", "both"):
             code, message = produce(broker, topic, [(b"k", b"v"), (None, b"v")])
             assert code == ErrorCode.INVALID_RECORD
@@ -53,7 +53,7 @@ def test_compacted_topics_reject_keyless_records_at_produce_time(tmp_path):
 
 def test_the_cleaner_task_cleans_in_a_thread_while_appends_and_reads_go_on(tmp_path):
     broker = open_broker(tmp_path)
-    broker.create_topic("c", 1, 1, {"cleanup.policy": "compact", "segment.bytes": "20000",
+    broker.admin.create_topic_now("c", 1, 1, {"cleanup.policy": "compact", "segment.bytes": "20000",
                                     "min.cleanable.dirty.ratio": "0.1"})
     log = broker.partition("c", 0).log
     expected: dict[bytes, bytes] = {}

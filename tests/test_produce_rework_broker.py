@@ -38,7 +38,7 @@ def batch(timestamps: list[int], *, broken_max: bool = False) -> bytes:
 def produce(broker: Broker, topic: str, records: bytes, version: int):
     request = ProduceRequestData(None, 1, 1000, [ProduceTopicData(topic, None, [
         ProducePartitionData(0, memoryview(bytearray(records)))])])
-    ctx = RequestContext(broker, RequestHeader(0, version, 1, "test", False), None)
+    ctx = RequestContext(broker.services(), RequestHeader(0, version, 1, "test", False), None)
     return trio.run(handle_produce, request, ctx).topics[0].partitions[0]
 
 
@@ -58,8 +58,8 @@ def test_every_batch_of_an_old_request_is_repaired_and_recompressed(tmp_path: Pa
     broker = Broker(BrokerConfig(data_dir=tmp_path / "data"))
     broker.open()
     try:
-        broker.create_topic("plain", 1, 1, {})
-        broker.create_topic("gzip", 1, 1, {"compression.type": "gzip"})
+        broker.admin.create_topic_now("plain", 1, 1, {})
+        broker.admin.create_topic_now("gzip", 1, 1, {"compression.type": "gzip"})
         blob = batch([T0, T0 + 5]) + batch([T0 + 9, T0 + 30, T0 + 20], broken_max=True)
         for topic, codec in (("plain", 0), ("gzip", 1)):
             result = produce(broker, topic, blob, version=2)

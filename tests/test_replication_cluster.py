@@ -1,188 +1,24 @@
-"""Replication between three Broker objects in one Trio process: real sockets on loopback, real
-logs in tmp dirs, follower fetchers speaking Fetch as replicas. A tiny fake controller stands in
-for controller/ (it applies PartitionStates directly and answers alter_partition with
-compare-and-set semantics); the compat-tests use the real controller."""
+"""Replication between three replica nodes in one Trio process (tests/support.py: the real
+ReplicaManager, logs and handlers of each, real sockets on loopback, follower fetchers speaking
+Fetch as replicas). A tiny fake controller stands in for controller/ (it applies PartitionStates
+directly and answers alter_partition with compare-and-set semantics); the compat-tests use the
+real controller."""
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
-from pathlib import Path
 
 import trio
 
-from kafkacompat.broker import Broker, serve
-from kafkacompat.config import BrokerConfig
-from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.handlers.offset_for_leader_epoch import (
     EpochRequestPartition,
     EpochRequestTopic,
     OffsetForLeaderEpochRequestData,
     handle_offset_for_leader_epoch,
 )
-from kafkacompat.handlers.produce import handle_produce
 from kafkacompat.handlers.registry import RequestContext
-from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.frame import RequestHeader
-from kafkacompat.wire.produce import ProducePartitionData, ProduceRequestData, ProduceTopicData
-from tests.test_log_cleaner import make_batch
-
-TOPIC = "t"
-_correlation = itertools.count(1)
-
-
-class FakeController:
-    def __init__(self) -> None:
-        self.brokers: dict[int, "HarnessBroker"] = {}
-        self.states: dict[tuple[str, int], PartitionState] = {}
-        self.alter_calls: list[tuple] = []
-        self.isolated: set[int] = set()  # brokers that get no states (as if partitioned away)
-
-    def infos(self) -> dict[int, BrokerInfo]:
-        return {i: BrokerInfo(i, "127.0.0.1", b.port) for i, b in self.brokers.items()}
-
-    async def publish(self, state: PartitionState, to=None) -> None:
-        self.states[(state.topic, state.partition)] = state
-        for broker_id in (to if to is not None else state.replicas):
-            broker = self.brokers.get(broker_id)
-            if broker is not None and broker.running and broker_id not in self.isolated:
-                await broker.apply_partition_state(state)
-
-    async def alter_partition(self, topic, partition, leader_epoch, partition_epoch, new_isr) -> PartitionState:
-        current = self.states[(topic, partition)]
-        self.alter_calls.append((topic, partition, tuple(new_isr)))
-        if (leader_epoch, partition_epoch) != (current.leader_epoch, current.partition_epoch):
-            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, "stale")
-        state = dataclasses.replace(current, isr=tuple(new_isr), partition_epoch=current.partition_epoch + 1)
-        await self.publish(state)
-        return state
-
-    async def elect(self, topic: str, partition: int, leader: int, isr) -> PartitionState:
-        current = self.states[(topic, partition)]
-        state = dataclasses.replace(current, leader=leader, isr=tuple(isr), leader_epoch=current.leader_epoch + 1,
-                                    partition_epoch=current.partition_epoch + 1)
-        await self.publish(state)
-        return state
-
-
-class HarnessBroker(Broker):
-    controller_client = None  # a plain attribute here (the real broker's comes from the controller)
-
-    def __init__(self, config: BrokerConfig, controller: FakeController) -> None:
-        super().__init__(config)
-        self.controller_client = controller
-        self.running = False
-
-    def brokers(self) -> dict[int, BrokerInfo]:
-        return self.controller_client.infos()
-
-    async def apply_partition_state(self, state: PartitionState) -> None:
-        self._apply_replication_state(state)
-
-
-def config(tmp_path: Path, broker_id: int, **overrides) -> BrokerConfig:
-    options = dict(data_dir=tmp_path / f"b{broker_id}", broker_id=broker_id, host="127.0.0.1", port=0,
-                   replica_lag_time_max_ms=1500, replica_fetch_wait_max_ms=100, replica_fetch_backoff_ms=50,
-                   replica_socket_timeout_ms=2000, log_cleaner_enable=False)
-    options.update(overrides)
-    return BrokerConfig(**options)
-
-
-class Cluster:
-    def __init__(self, tmp_path: Path, nursery: trio.Nursery, size: int = 3, **overrides) -> None:
-        self.tmp_path = tmp_path
-        self.nursery = nursery
-        self.controller = FakeController()
-        self.scopes: dict[int, trio.CancelScope] = {}
-        self.size = size
-        self.overrides = overrides
-
-    async def start(self, broker_id: int) -> HarnessBroker:
-        broker = HarnessBroker(config(self.tmp_path, broker_id, **self.overrides), self.controller)
-        self.controller.brokers[broker_id] = broker
-        scope = trio.CancelScope()
-        self.scopes[broker_id] = scope
-
-        async def run(task_status=trio.TASK_STATUS_IGNORED):
-            with scope:
-                await serve(broker, task_status=task_status)
-
-        await self.nursery.start(run)
-        broker.running = True
-        return broker
-
-    def stop_fetching(self, broker_id: int, partition: int = 0) -> None:
-        """Like SIGSTOP for replication: the broker fetches no more and hears no states."""
-        self.controller.isolated.add(broker_id)
-        self.broker(broker_id).fetchers.remove_partition((TOPIC, partition))
-
-    async def resume_fetching(self, broker_id: int, partition: int = 0) -> None:
-        self.controller.isolated.discard(broker_id)
-        await self.broker(broker_id).apply_partition_state(self.controller.states[(TOPIC, partition)])
-        self.broker(broker_id).fetchers.add_partition((TOPIC, partition), self.controller.states[(TOPIC, partition)].leader)
-
-    def kill(self, broker_id: int) -> None:
-        self.controller.brokers[broker_id].running = False
-        self.scopes[broker_id].cancel()
-
-    async def start_all(self) -> None:
-        for i in range(self.size):
-            await self.start(i)
-
-    def broker(self, i: int) -> HarnessBroker:
-        return self.controller.brokers[i]
-
-    async def create_topic(self, partitions: int = 1, min_isr: int = 1) -> None:
-        replicas = tuple(range(self.size))
-        first, *others = self.controller.brokers.values()
-        topic = first.create_topic(TOPIC, partitions, self.size, {"min.insync.replicas": str(min_isr)})
-        for broker in others:  # the same topic id everywhere, as the metadata store gives it
-            copy = dataclasses.replace(topic, configs=dict(topic.configs))
-            broker.topics.add(copy)
-            broker._open_partitions(copy, range(partitions))
-        for p in range(partitions):
-            leader = replicas[p % self.size]
-            ordered = (leader,) + tuple(r for r in replicas if r != leader)
-            await self.controller.publish(PartitionState(TOPIC, p, ordered, ordered, leader, 1, 1))
-
-
-async def produce(broker: Broker, values: list[bytes], *, acks: int = -1, partition: int = 0,
-                  timeout_ms: int = 5000) -> tuple[int, int]:
-    blob = memoryview(bytearray(make_batch([(b"k", v) for v in values])))
-    request = ProduceRequestData(None, acks, timeout_ms,
-                                 [ProduceTopicData(TOPIC, None, [ProducePartitionData(partition, blob)])])
-    ctx = RequestContext(broker, RequestHeader(0, 10, next(_correlation), "test", True), None)
-    response = await handle_produce(request, ctx)
-    result = response.topics[0].partitions[0]
-    return result.error_code, result.base_offset
-
-
-def log_bytes(broker: Broker, partition: int = 0) -> bytes:
-    p = broker.partition(TOPIC, partition)
-    return p.log.read(p.log_start_offset, 1 << 30).read_all()
-
-
-async def wait_until(predicate, timeout: float = 10.0, what: str = "") -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
-
-
-def run(test):
-    """Run ``test(cluster)`` with three started brokers, then stop them all."""
-
-    def wrapper(tmp_path):
-        async def main():
-            async with trio.open_nursery() as nursery:
-                cluster = Cluster(tmp_path, nursery)
-                await cluster.start_all()
-                await test(cluster)
-                nursery.cancel_scope.cancel()
-
-        trio.run(main)
-
-    wrapper.__name__ = test.__name__
-    return wrapper
+from tests.support import TOPIC, log_bytes, produce, run, wait_until
 
 
 @run
@@ -261,7 +97,7 @@ async def test_a_returning_old_leader_truncates_its_divergent_tail(cluster):
     assert new_leader.partition(TOPIC, 0).epochs.entries() == [(1, 0), (2, 6)]
     # OffsetForLeaderEpoch on the new leader: epoch 1 ended at 6.
     request = OffsetForLeaderEpochRequestData(-1, [EpochRequestTopic(TOPIC, [EpochRequestPartition(0, 2, 1)])])
-    ctx = RequestContext(new_leader, RequestHeader(23, 4, 1, "test", True), None)
+    ctx = RequestContext(new_leader.services(), RequestHeader(23, 4, 1, "test", True), None)
     answer = (await handle_offset_for_leader_epoch(request, ctx)).topics[0][1][0]
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 1, 6)
     request.topics[0].partitions[0].current_leader_epoch = 1

@@ -2,8 +2,8 @@
 leader dies, an ISR member takes over, acks=all goes on with two in-sync replicas, the old leader
 returns, catches up byte for byte and rejoins the ISR."""
 import trio
-from kafkacompat.controller.dev_cluster import InProcessCluster
-from tests.test_replication_cluster import produce, log_bytes, wait_until, TOPIC
+from kafkacompat.dev_cluster import InProcessCluster
+from tests.support import produce, log_bytes, wait_until, TOPIC
 
 
 def test_failover_with_the_real_controller(tmp_path):
@@ -14,8 +14,8 @@ def test_failover_with_the_real_controller(tmp_path):
                 "replica.fetch.backoff.ms": "100", "log.cleaner.enable": "false"})
             for i in range(3):
                 await cluster.start_broker(i)
-            await wait_until(lambda: all(len(b.brokers()) == 3 for b in cluster.brokers.values()), 15)
-            await cluster.brokers[0].admin_create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})
+            await wait_until(lambda: all(len(b.metadata.brokers()) == 3 for b in cluster.brokers.values()), 15)
+            await cluster.brokers[0].admin.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})
             await wait_until(lambda: all(b.partition(TOPIC, 0) is not None for b in cluster.brokers.values()), 15)
             await wait_until(lambda: any(b.partition(TOPIC, 0).is_leader for b in cluster.brokers.values()), 15)
             leader = next(b for b in cluster.brokers.values() if b.partition(TOPIC, 0).is_leader)

@@ -14,7 +14,7 @@ from kafkacompat.log import read_checkpoint
 from kafkacompat.wire.codec import request_class
 from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.frame import RequestHeader
-from tests.test_replication_cluster import TOPIC, produce, run, wait_until
+from tests.support import TOPIC, produce, run, wait_until
 
 DELETE_RECORDS = 21
 _correlation = itertools.count(1)
@@ -27,7 +27,7 @@ async def delete_records(broker, offset: int, *, timeout_ms: int = 15000, partit
     request = request_class(DELETE_RECORDS)(version=version, timeout_ms=timeout_ms, topics=[
         topic_cls(name=TOPIC, partitions=[topic_cls.DeleteRecordsPartition(partition_index=partition, offset=offset)]),
     ])
-    ctx = RequestContext(broker, RequestHeader(DELETE_RECORDS, version, next(_correlation), "test", True), None)
+    ctx = RequestContext(broker.services(), RequestHeader(DELETE_RECORDS, version, next(_correlation), "test", True), None)
     response = await handle_delete_records(request, ctx)
     [topic] = response.topics
     [result] = topic.partitions

@@ -23,7 +23,7 @@ when a leader dies or shuts down (from the ISR; from any live replica only with
 unclean.leader.election.enable), dead replicas out of the ISR, topic deletion. Every write of a
 partition state is a compare-and-set on its version, so a stale writer (an old controller, a
 fenced leader) fails instead of overwriting newer state. Brokers apply the states of the
-partitions they host with ``Broker.apply_partition_state``.
+partitions they host through a PartitionStateSink (the ReplicaManager).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import trio
 
@@ -47,13 +47,13 @@ from kafkacompat.controller.store import (
     StoreError,
     encode_json,
 )
-from kafkacompat.controller.topics import (
-    TopicInfo, TopicRegistry, decode_topic_id, encode_topic_id, new_cluster_id,
-)
+from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id, new_cluster_id, topic_collision
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.identity import BrokerIdentity
+    from kafkacompat.services import PartitionStateSink
 
 log = logging.getLogger("kafkacompat.controller")
 
@@ -241,31 +241,27 @@ async def read_cluster(store: MetadataStore) -> ClusterView:
 # ---- the cache the handlers read ---------------------------------------------------------------
 
 
-class MetadataCache(TopicRegistry):
-    """The broker's view of the cluster: topics (the TopicRegistry interface the handlers use;
-    never written to the data dir - the store is the truth), live brokers, the controller and the
-    state of every partition."""
+class MetadataCache:
+    """The broker's view of the cluster, as last read from the store (never written to the data
+    dir: the store is the truth): topics, live brokers, the controller and the state of every
+    partition."""
 
     def __init__(self) -> None:
-        self.path = None  # type: ignore[assignment]
-        self.by_name = {}
-        self.by_id = {}
+        self.by_name: dict[str, TopicInfo] = {}
+        self.by_id: dict[uuid.UUID, TopicInfo] = {}
         self.brokers: dict[int, BrokerInfo] = {}
         self.controller_id = -1
         self.states: dict[tuple[str, int], PartitionState] = {}
         self.shutting_down: set[int] = set()
 
-    def load(self) -> None:
-        pass
+    def get(self, name: str) -> TopicInfo | None:
+        return self.by_name.get(name)
 
-    def save(self) -> None:
-        pass
+    def get_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.by_id.get(topic_id)
 
-    def _persist(self, topic: TopicInfo) -> None:
-        pass  # the cluster's store is written by the controller paths, not by the cache
-
-    def _forget(self, name: str) -> None:
-        pass
+    def colliding_topic(self, name: str) -> str | None:
+        return topic_collision(name, self.by_name)
 
     def update_from(self, view: ClusterView) -> None:
         self.brokers = dict(view.brokers)
@@ -345,19 +341,77 @@ class _Nudge:
         self._event = trio.Event()
 
 
+class AlterPartitionClient:
+    """A leader's side of AlterPartition, straight to the store (the IsrClient of a cluster
+    member's ReplicaManager)."""
+
+    def __init__(self, store: MetadataStore, cache: MetadataCache, node_id: int) -> None:
+        self.store = store
+        self.cache = cache
+        self.node_id = node_id
+
+    async def alter_partition(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: list[int] | tuple[int, ...]) -> PartitionState:
+        """A leader's ISR change, compare-and-set on the partition epoch (Kafka's AlterPartition;
+        in ZooKeeper mode leaders wrote the ISR the same way, conditioned on the znode version)."""
+        path = state_path(topic, partition)
+        found = await self.store.get_json(path)
+        record = self.cache.by_name.get(topic)
+        if found is None or record is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} has no state")
+        data, version = found
+        if int(data["leader"]) != self.node_id:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"{topic}-{partition}: leader is {data['leader']}, not {self.node_id}")
+        current_epoch = int(data["leader_epoch"])
+        if leader_epoch < current_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                             f"{topic}-{partition}: leader epoch {leader_epoch} < {current_epoch}")
+        if leader_epoch > current_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
+                             f"{topic}-{partition}: leader epoch {leader_epoch} > {current_epoch}")
+        if partition_epoch != version:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"{topic}-{partition}: partition epoch {partition_epoch}, store has {version}")
+        known = self.cache.partition_state(topic, partition)
+        replicas = known.replicas if known else ()
+        isr = [int(r) for r in new_isr]
+        if self.node_id not in isr or any(r not in replicas for r in isr):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{topic}-{partition}: bad ISR {isr} for replicas {replicas}")
+        added = set(isr) - {int(r) for r in data["isr"]}
+        ineligible = [r for r in added if r not in self.cache.brokers or r in self.cache.shutting_down]
+        if ineligible:
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"{topic}-{partition}: replicas {ineligible} are not eligible")
+        payload = dict(data, isr=isr)
+        try:
+            new_version = await self.store.set(path, encode_json(payload), version)
+        except BadVersionError:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"{topic}-{partition}: changed concurrently") from None
+        except NoNodeError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} was deleted") from None
+        return PartitionState(topic, partition, tuple(replicas), tuple(isr), self.node_id, current_epoch, new_version,
+                              tuple(r for r in replicas if r not in self.cache.brokers))
+
+
 class ClusterMember:
     """Registration, controller election, the metadata cache and the controller's reconciliation
-    for one broker. ``Broker.controller_client`` is this object."""
+    for one broker. The partition states of this broker go to ``sink``; ``endpoint`` is the
+    advertised (host, port) it registers."""
 
     SYNC_COALESCE_SECONDS = 0.005
     RETRY_SECONDS = 0.5
+    DEFAULT_TIMEOUT_SECONDS = 10.0
 
-    def __init__(self, broker: "Broker", store: MetadataStore) -> None:
-        self.broker = broker
+    def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", store: MetadataStore,
+                 cache: MetadataCache, sink: "PartitionStateSink", endpoint: Callable[[], tuple[str, int]]) -> None:
+        self.identity = identity
+        self.config = config
         self.store = store
-        self.node_id = broker.node_id
-        # The broker's topic registry in cluster mode is this cache (handlers read it).
-        self.cache = broker.topics if isinstance(broker.topics, MetadataCache) else MetadataCache()
+        self.sink = sink
+        self.endpoint = endpoint
+        self.node_id = identity.node_id
+        self.cache = cache
+        self.isr = AlterPartitionClient(store, cache, self.node_id)
         self.view = ClusterView()
         self.is_controller = False
         self.controller_epoch = 0
@@ -374,7 +428,7 @@ class ClusterMember:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         for path in (BROKER_IDS, TOPICS, DELETE_TOPICS, SHUTTING_DOWN, CONFIG_TOPICS):
             await self.store.ensure_path(path)
-        self.broker.adopt_cluster_id(await self._cluster_id())
+        self.identity.adopt_cluster_id(await self._cluster_id())
         self.store.add_session_listener(self._nudge.set)
         await self._watch(BROKER_IDS, children=True)
         await self._watch(TOPICS, children=True)
@@ -383,10 +437,10 @@ class ClusterMember:
         await self._watch(CONTROLLER)
         await self._register()
         await self._step()
-        self.broker.delete_stray_logs(self._assigned_here(self.view))
+        self.sink.delete_stray_logs(self._assigned_here(self.view))
         task_status.started()
         async with trio.open_nursery() as nursery:
-            if self.broker.config.auto_leader_rebalance_enable:
+            if self.config.auto_leader_rebalance_enable:
                 nursery.start_soon(self._run_leader_rebalance)
             await self._run_sync()
 
@@ -408,7 +462,7 @@ class ClusterMember:
     async def _cluster_id(self) -> str:
         found = await self.store.get_json(CLUSTER_ID)
         if found is None:
-            proposed = self.broker.cluster_id or new_cluster_id()
+            proposed = self.identity.cluster_id or new_cluster_id()
             try:
                 await self.store.create(CLUSTER_ID, encode_json({"version": "1", "id": proposed}))
                 return proposed
@@ -425,8 +479,8 @@ class ClusterMember:
         return True
 
     def broker_info(self) -> BrokerInfo:
-        host, port = self.broker.advertised_endpoint()
-        return BrokerInfo(self.node_id, host, port, self.broker.config.broker_rack)
+        host, port = self.endpoint()
+        return BrokerInfo(self.node_id, host, port, self.config.broker_rack)
 
     async def _register(self) -> None:
         path = f"{BROKER_IDS}/{self.node_id}"
@@ -540,7 +594,7 @@ class ClusterMember:
     def _unclean_allowed(self, record: TopicRecord) -> bool:
         value = record.configs.get("unclean.leader.election.enable")
         if value is None:
-            return bool(self.broker.config.unclean_leader_election_enable)
+            return bool(self.config.unclean_leader_election_enable)
         return value.strip().lower() == "true"
 
     async def _reconcile(self, view: ClusterView) -> bool:
@@ -607,7 +661,7 @@ class ClusterMember:
     # ---- automatic preferred leader election (auto.leader.rebalance.enable) --------------------
 
     async def _run_leader_rebalance(self) -> None:
-        interval = max(self.broker.config.leader_imbalance_check_interval_seconds, 0.1)
+        interval = max(self.config.leader_imbalance_check_interval_seconds, 0.1)
         while True:
             await trio.sleep(interval)
             if not self.is_controller:
@@ -628,7 +682,7 @@ class ClusterMember:
         for state in view.all_states():
             if state.topic not in view.deleting and state.replicas:
                 by_preferred.setdefault(state.replicas[0], []).append(state)
-        ratio = self.broker.config.leader_imbalance_per_broker_percentage / 100
+        ratio = self.config.leader_imbalance_per_broker_percentage / 100
         moved = 0
         for preferred, states in by_preferred.items():
             if preferred not in eligible:
@@ -659,16 +713,16 @@ class ClusterMember:
                 continue
             self._applied[key] = state
             try:
-                await self.broker.apply_partition_state(state)
+                await self.sink.apply_partition_state(state)
             except Exception:
                 log.exception("Applying %s-%d failed", state.topic, state.partition)
                 self._applied.pop(key, None)
         for key in [k for k in self._applied if k not in hosted]:
             del self._applied[key]
             topic, partition = key
-            await self.broker.remove_partition(topic, partition)
+            await self.sink.remove_partition(topic, partition)
         for topic in self.cache.by_name.values():
-            self.broker.refresh_topic_config(topic)
+            self.sink.refresh_topic_config(topic)
 
     # ---- requests from brokers and admin APIs --------------------------------------------------
 
@@ -679,7 +733,11 @@ class ClusterMember:
         return {b: info.rack for b, info in self.cache.brokers.items()}
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
-                           assignment: dict[int, list[int]] | None = None) -> TopicInfo:
+                           assignment: dict[int, list[int]] | None = None, *,
+                           timeout: float = DEFAULT_TIMEOUT_SECONDS) -> TopicInfo:
+        """Write the topic, then wait up to ``timeout`` seconds until every partition has a
+        state: REQUEST_TIMED_OUT when it passes, as Kafka answers (the topic exists; its
+        partitions get leaders when their replicas are alive)."""
         if await self.store.exists(f"{DELETE_TOPICS}/{name}") is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' is marked for deletion.")
         if assignment is None:
@@ -693,7 +751,10 @@ class ClusterMember:
         except NodeExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         log.info("Created topic %s (%d partitions, assignment %s)", name, len(assignment), assignment)
-        await self._wait_until(lambda: all(self.cache.partition_state(name, p) for p in assignment))
+        await self._wait_or_time_out(
+            lambda: all(self.cache.partition_state(name, p) for p in assignment), timeout,
+            f"Topic '{name}' was created, but not all of its partitions had a leader within {timeout:g}s "
+            f"(are the assigned brokers alive?)")
         return self.cache.get(name) or TopicInfo(name, topic_id, len(assignment), replication_factor, dict(configs))
 
     async def _write_config(self, name: str, configs: dict[str, str]) -> None:
@@ -705,16 +766,22 @@ class ClusterMember:
             await self.store.set(path, data)
 
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Write the topic's config overrides, then sync so that this broker's logs have them
+        when the client is answered."""
         await self._write_config(name, configs)
+        await self.refresh()
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         try:
             await self.store.create(f"{DELETE_TOPICS}/{name}", b"")
         except NodeExistsError:
             pass
-        await self._wait_until(lambda: self.cache.get(name) is None)
+        await self._wait_or_time_out(
+            lambda: self.cache.get(name) is None, timeout,
+            f"Deletion of topic '{name}' was requested, but the controller had not completed it within {timeout:g}s")
 
-    async def add_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None) -> None:
+    async def add_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None, *,
+                             timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         found = await self.store.get_json(topic_path(name))
         if found is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
@@ -736,7 +803,18 @@ class ClusterMember:
         except BadVersionError:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "The topic changed concurrently; retry.") from None
-        await self._wait_until(lambda: all(self.cache.partition_state(name, p) for p in range(total)))
+        await self._wait_or_time_out(
+            lambda: all(self.cache.partition_state(name, p) for p in range(total)), timeout,
+            f"Topic '{name}' now has {total} partitions, but not all of them had a leader within {timeout:g}s")
+
+    async def _wait_or_time_out(self, predicate, timeout: float, message: str) -> None:
+        """REQUEST_TIMED_OUT when ``predicate`` is not true within ``timeout``. A request with no
+        timeout (<= 0), which Kafka answers at once, still waits a bounded time here, so that its
+        client finds the leaders right away, but is answered with success."""
+        if timeout <= 0:
+            await self._wait_until(predicate, self.DEFAULT_TIMEOUT_SECONDS)
+        elif not await self._wait_until(predicate, timeout):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, message)
 
     async def _wait_until(self, predicate, timeout: float = 10.0) -> bool:
         with trio.move_on_after(timeout):
@@ -750,45 +828,7 @@ class ClusterMember:
 
     async def alter_partition(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
                               new_isr: list[int] | tuple[int, ...]) -> PartitionState:
-        """A leader's ISR change, compare-and-set on the partition epoch (Kafka's AlterPartition;
-        in ZooKeeper mode leaders wrote the ISR the same way, conditioned on the znode version)."""
-        path = state_path(topic, partition)
-        found = await self.store.get_json(path)
-        record = self.cache.by_name.get(topic)
-        if found is None or record is None:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} has no state")
-        data, version = found
-        if int(data["leader"]) != self.node_id:
-            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                             f"{topic}-{partition}: leader is {data['leader']}, not {self.node_id}")
-        current_epoch = int(data["leader_epoch"])
-        if leader_epoch < current_epoch:
-            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
-                             f"{topic}-{partition}: leader epoch {leader_epoch} < {current_epoch}")
-        if leader_epoch > current_epoch:
-            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH,
-                             f"{topic}-{partition}: leader epoch {leader_epoch} > {current_epoch}")
-        if partition_epoch != version:
-            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
-                             f"{topic}-{partition}: partition epoch {partition_epoch}, store has {version}")
-        view_state = self.view.state(topic, partition)
-        replicas = view_state.replicas if view_state else ()
-        isr = [int(r) for r in new_isr]
-        if self.node_id not in isr or any(r not in replicas for r in isr):
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"{topic}-{partition}: bad ISR {isr} for replicas {replicas}")
-        added = set(isr) - {int(r) for r in data["isr"]}
-        ineligible = [r for r in added if r not in self.cache.brokers or r in self.cache.shutting_down]
-        if ineligible:
-            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA, f"{topic}-{partition}: replicas {ineligible} are not eligible")
-        payload = dict(data, isr=isr)
-        try:
-            new_version = await self.store.set(path, encode_json(payload), version)
-        except BadVersionError:
-            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, f"{topic}-{partition}: changed concurrently") from None
-        except NoNodeError:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} was deleted") from None
-        return PartitionState(topic, partition, tuple(replicas), tuple(isr), self.node_id, current_epoch, new_version,
-                              tuple(r for r in replicas if r not in self.cache.brokers))
+        return await self.isr.alter_partition(topic, partition, leader_epoch, partition_epoch, new_isr)
 
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
                             ) -> dict[tuple[str, int], tuple[int, str | None]]:

@@ -145,6 +145,10 @@ class MetadataStore(ABC):
     async def ephemeral_owner(self, path: str) -> int | None:
         """The session owning an ephemeral node, None for a persistent one; raises NoNodeError."""
 
+    async def start(self) -> "MetadataStore":
+        """Connect (and open the session); nothing to do for an in-process store."""
+        return self
+
     async def close(self) -> None:
         """End the session (its ephemeral nodes go)."""
 

@@ -20,6 +20,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -244,11 +245,15 @@ class TopicRegistry:
         return list(self.by_name)
 
     def colliding_topic(self, name: str) -> str | None:
-        """An existing topic whose name differs only by '.' vs '_' (their metrics names collide)."""
-        if not has_collision_chars(name):
-            return None
-        normalized = name.replace(".", "_")
-        for existing in self.by_name:
-            if existing != name and existing.replace(".", "_") == normalized:
-                return existing
+        return topic_collision(name, self.by_name)
+
+
+def topic_collision(name: str, existing_names: Iterable[str]) -> str | None:
+    """An existing topic whose name differs only by '.' vs '_' (their metrics names collide)."""
+    if not has_collision_chars(name):
         return None
+    normalized = name.replace(".", "_")
+    for existing in existing_names:
+        if existing != name and existing.replace(".", "_") == normalized:
+            return existing
+    return None

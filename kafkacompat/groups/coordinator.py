@@ -41,7 +41,8 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC, OffsetCommitValue
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.services import OffsetsLog
     from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.groups")
@@ -197,9 +198,10 @@ class _Timers:
 
 
 class GroupCoordinator:
-    def __init__(self, broker: "Broker", *, wall_clock: Callable[[], int] | None = None) -> None:
-        self.broker = broker
-        self.config = broker.config
+    def __init__(self, config: "BrokerConfig", offsets: "OffsetsLog", *, clustered: bool,
+                 wall_clock: Callable[[], int] | None = None) -> None:
+        self.offsets = offsets
+        self.config = config
         self.groups: dict[str, Group] = {}
         self.loading = False
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
@@ -208,7 +210,7 @@ class GroupCoordinator:
         # loaded here); None on a single node, which coordinates every group.
         # A cluster member owns none until the controller makes it a leader (NOT_COORDINATOR until
         # then, which clients answer by looking the coordinator up again).
-        self.owned_partitions: set[int] | None = set() if getattr(broker, "clustered", False) else None
+        self.owned_partitions: set[int] | None = set() if clustered else None
         # run()'s nursery: group metadata stores waiting for their ISR finish in it.
         self._background: trio.Nursery | None = None
 
@@ -270,7 +272,7 @@ class GroupCoordinator:
     # ---- __consumer_offsets -------------------------------------------------------------------
 
     def offsets_topic(self):
-        return self.broker.topics.get(OFFSETS_TOPIC)
+        return self.offsets.topic()
 
     def offsets_topic_configs(self) -> dict[str, str]:
         return {
@@ -280,19 +282,7 @@ class GroupCoordinator:
         }
 
     def ensure_offsets_topic(self):
-        topic = self.offsets_topic()
-        if topic is None:
-            if getattr(self.broker, "cluster", None) is not None:
-                # In a cluster the topic is created through the controller (FindCoordinator).
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
-            config = self.config
-            topic = self.broker.create_topic(
-                OFFSETS_TOPIC,
-                config.offsets_topic_num_partitions,
-                min(config.offsets_topic_replication_factor, self.broker.live_broker_count()),
-                self.offsets_topic_configs(),
-            )
-        return topic
+        return self.offsets.ensure_topic()
 
     def partition_for(self, group_id: str) -> int:
         topic = self.offsets_topic()
@@ -309,7 +299,7 @@ class GroupCoordinator:
         if not records:
             return None
         self.ensure_offsets_topic()
-        partition = self.broker.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+        partition = self.offsets.partition(self.partition_for(group_id))
         if partition is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the offsets partition is not available")
         partition.check_leader()
@@ -391,7 +381,7 @@ class GroupCoordinator:
         self.loading = True
         try:
             for index in range(topic.partitions):
-                partition = self.broker.partition(OFFSETS_TOPIC, index)
+                partition = self.offsets.partition(index)
                 if partition is not None:
                     self._load_partition(partition)
         finally:
@@ -487,7 +477,7 @@ class GroupCoordinator:
             self.owned_partitions = set()
         index = state.partition
         if state.leader == node_id and index not in self.owned_partitions:
-            partition = self.broker.partition(OFFSETS_TOPIC, index)
+            partition = self.offsets.partition(index)
             if partition is None:
                 return
             self.loading = True
@@ -1066,7 +1056,7 @@ class GroupCoordinator:
         values: list[tuple[tuple[str, int], OffsetCommitValue]] = []
         max_metadata = self.config.offset_metadata_max_bytes
         for p in partitions:
-            if self.broker.partition(p.topic, p.partition) is None:
+            if not self.offsets.hosts(p.topic, p.partition):
                 errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             if p.metadata is not None and len(p.metadata.encode("utf-8")) > max_metadata:

@@ -1,7 +1,7 @@
 """API handlers, one module per API family. Importing this package registers them all."""
 
-from kafkacompat.handlers.registry import REGISTRY, Handler, RequestContext, handles
+from kafkacompat.handlers.registry import REGISTRY, Handler, RequestContext, Services, handles
 
 from kafkacompat.handlers import acls, api_versions, cluster, configs, delete_records, fetch, groups, leaders, list_offsets, metadata, offset_for_leader_epoch, offsets, produce, producer_ids, quotas, topics  # noqa: E402,F401  (registration)
 
-__all__ = ["REGISTRY", "Handler", "RequestContext", "handles"]
+__all__ = ["REGISTRY", "Handler", "RequestContext", "Services", "handles"]

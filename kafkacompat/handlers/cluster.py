@@ -38,12 +38,8 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | 
 
 def _brokers(ctx: RequestContext) -> list:
     broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
-    if getattr(ctx.broker, "cluster", None) is not None:
-        return [broker_cls(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
-                for b in sorted(ctx.broker.brokers().values(), key=lambda b: b.broker_id)]
-    host, port = ctx.broker.advertised_endpoint()
-    rack = ctx.broker.config.broker_rack
-    return [broker_cls(broker_id=ctx.broker.node_id, host=host, port=port, rack=rack, is_fenced=False)]
+    return [broker_cls(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
 
 
 @handles(DESCRIBE_CLUSTER, 0, 2)
@@ -59,6 +55,6 @@ async def handle_describe_cluster(request, ctx: RequestContext):
     operations = set(CLUSTER_OPERATIONS) if request.include_cluster_authorized_operations else None
     return response_for(
         DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-        endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.controller_id,
+        endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.metadata.cluster_id, controller_id=ctx.metadata.controller_id,
         brokers=_brokers(ctx), authorized_operations=operations,
     )

@@ -207,29 +207,29 @@ def _broker_id_from(name: str, what: str = "Broker") -> int:
 
 def _describe_topic(ctx: RequestContext, name: str) -> list[ConfigEntry]:
     validate_topic_name(name)
-    topic = ctx.broker.topics.get(name)
+    topic = ctx.metadata.topic(name)
     if topic is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-    return topic_config_entries(ctx.broker.config, topic.configs)
+    return topic_config_entries(ctx.config, topic.configs)
 
 
 def _describe_broker(ctx: RequestContext, name: str) -> list[ConfigEntry]:
     if not name:
         return []  # the cluster-wide dynamic defaults: there are none
-    if _broker_id_from(name) != ctx.broker.node_id:
+    if _broker_id_from(name) != ctx.metadata.node_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected broker id, expected {ctx.broker.node_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {ctx.metadata.node_id} or empty string, but received {name}",
         )
-    return broker_config_entries(ctx.broker.config)
+    return broker_config_entries(ctx.config)
 
 
 def _describe_broker_logger(ctx: RequestContext, name: str) -> list[ConfigEntry]:
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
-    if _broker_id_from(name) != ctx.broker.node_id:
+    if _broker_id_from(name) != ctx.metadata.node_id:
         raise KafkaError(
-            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.broker.node_id} but received {name}"
+            ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {ctx.metadata.node_id} but received {name}"
         )
     return logger_entries()
 
@@ -328,7 +328,7 @@ def _apply_operation(overrides: dict[str, str], config) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
 
 
-def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str], validate_only: bool) -> None:
+async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str], validate_only: bool) -> None:
     """Validate the topic's complete new overrides, check it exists, then persist and apply them."""
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -337,24 +337,24 @@ def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[st
         validated = validate_topic_configs(new_overrides)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    topic = ctx.broker.topics.get(name)
+    topic = ctx.metadata.topic(name)
     if topic is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
     if not validate_only:
-        ctx.broker.alter_topic_configs(topic, validated)
+        await ctx.admin.alter_topic_configs(topic, validated)
         log.info("Topic %s configs are now %s", name, validated or "the broker defaults")
 
 
 def _current_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
-    topic = ctx.broker.topics.get(name)
+    topic = ctx.metadata.topic(name)
     return dict(topic.configs) if topic is not None else {}
 
 
 def _refuse_broker_change(ctx: RequestContext, resource) -> None:
-    if resource.resource_name and _broker_id_from(resource.resource_name, "Node") != ctx.broker.node_id:
+    if resource.resource_name and _broker_id_from(resource.resource_name, "Node") != ctx.metadata.node_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected broker id, expected {ctx.broker.node_id}, but received {resource.resource_name}",
+            f"Unexpected broker id, expected {ctx.metadata.node_id}, but received {resource.resource_name}",
         )
     keys = ", ".join(config.name for config in resource.configs)
     raise KafkaError(
@@ -367,10 +367,10 @@ def _refuse_broker_change(ctx: RequestContext, resource) -> None:
 def _alter_broker_loggers(ctx: RequestContext, resource, validate_only: bool) -> None:
     """Kafka's RuntimeLoggerManager: SET or DELETE a logger's level; levels do not survive a restart."""
     _broker_id_from(resource.resource_name, "Node")
-    if int(resource.resource_name) != ctx.broker.node_id:
+    if int(resource.resource_name) != ctx.metadata.node_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected node id. Expected {ctx.broker.node_id}, but received {resource.resource_name}",
+            f"Unexpected node id. Expected {ctx.metadata.node_id}, but received {resource.resource_name}",
         )
     for config in resource.configs:
         _check_logger_change(config)
@@ -409,7 +409,7 @@ def _check_logger_change(config) -> None:
         )
 
 
-def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
+async def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=True)
     if resource.resource_type == BROKER_LOGGER:
@@ -420,25 +420,25 @@ def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> 
         overrides = _current_overrides(ctx, resource.resource_name)
         for config in resource.configs:
             _apply_operation(overrides, config)
-        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+        await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
 
-def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -> None:
+async def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=False)
     if resource.resource_type == BROKER:
         _refuse_broker_change(ctx, resource)
     elif resource.resource_type == TOPIC:
         overrides = {config.name: config.value for config in resource.configs}
-        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+        await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     else:
         # Legacy AlterConfigs never supported BROKER_LOGGER (KIP-412).
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
 
-def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
+async def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
     result_cls = response_class(api_key).AlterConfigsResourceResponse
     seen: dict[tuple[int, str], int] = {}
     for resource in request.resources:
@@ -450,7 +450,7 @@ def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
         try:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-            alter(ctx, resource, bool(request.validate_only))
+            await alter(ctx, resource, bool(request.validate_only))
         except KafkaError as exc:
             code, message = exc.code, exc.message
             log.info("%s on %s %r: %s (%s)", "AlterConfigs" if api_key == ALTER_CONFIGS else "IncrementalAlterConfigs",
@@ -463,11 +463,11 @@ def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(request, ctx: RequestContext):
-    results = _alter_results(ctx, request, INCREMENTAL_ALTER_CONFIGS, _alter_incrementally)
+    results = await _alter_results(ctx, request, INCREMENTAL_ALTER_CONFIGS, _alter_incrementally)
     return response_for(INCREMENTAL_ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)
 
 
 @handles(ALTER_CONFIGS, 0, 2)
 async def handle_alter_configs(request, ctx: RequestContext):
-    results = _alter_results(ctx, request, ALTER_CONFIGS, _alter_replacing)
+    results = await _alter_results(ctx, request, ALTER_CONFIGS, _alter_replacing)
     return response_for(ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)

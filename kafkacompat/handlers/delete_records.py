@@ -65,7 +65,7 @@ def _requested(request) -> list[Deletion]:
 
 
 def _known_to_metadata(ctx: RequestContext, topic: str, index: int) -> bool:
-    info = ctx.broker.topics.get(topic)
+    info = ctx.metadata.topic(topic)
     return info is not None and 0 <= index < info.partitions
 
 
@@ -76,7 +76,7 @@ def _delete_locally(ctx: RequestContext, deletion: Deletion, live_brokers: set[i
     if deletion.topic in INTERNAL_TOPICS:
         deletion.fail(ErrorCode.INVALID_TOPIC_EXCEPTION)
         return
-    partition = ctx.broker.partition(deletion.topic, deletion.index)
+    partition = ctx.replicas.partition(deletion.topic, deletion.index)
     if partition is None:
         deletion.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # the topic exists; this broker has no replica
         return
@@ -99,7 +99,7 @@ def _checkpoint(ctx: RequestContext, moved: list[Deletion]) -> None:
     """Kafka checkpoints log start offsets only periodically; after a crash a stale checkpoint
     would bring deleted records back, so the answer waits for the file."""
     try:
-        ctx.broker.logs.checkpoint_log_start_offsets()
+        ctx.replicas.checkpoint_log_start_offsets()
     except OSError as exc:
         log.error("Could not checkpoint log start offsets after DeleteRecords: %s", exc)
         for deletion in moved:
@@ -112,7 +112,7 @@ def _check_pending(ctx: RequestContext, pending: list[Deletion], live_brokers: s
     waiting = []
     for deletion in pending:
         partition = deletion.partition
-        if ctx.broker.partition(deletion.topic, deletion.index) is not partition:
+        if ctx.replicas.partition(deletion.topic, deletion.index) is not partition:
             deletion.fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
             continue
         status = partition.low_watermark_status(deletion.required_offset, live_brokers)
@@ -130,7 +130,7 @@ async def _wait_for_low_watermarks(ctx: RequestContext, deletions: list[Deletion
     waiting = [d for d in deletions if d.pending]
     with trio.move_on_after(max(timeout_ms, 0) / 1000):
         while True:
-            waiting = _check_pending(ctx, waiting, set(ctx.broker.brokers()))
+            waiting = _check_pending(ctx, waiting, set(ctx.metadata.brokers()))
             if not waiting:
                 return
             changed = trio.Event()
@@ -159,7 +159,7 @@ def _response(ctx: RequestContext, deletions: list[Deletion]):
 @handles(DELETE_RECORDS, 0, 2)
 async def handle_delete_records(request, ctx: RequestContext):
     deletions = _requested(request)
-    live_brokers = set(ctx.broker.brokers())
+    live_brokers = set(ctx.metadata.brokers())
     for deletion in deletions:
         _delete_locally(ctx, deletion, live_brokers)
     moved = [d for d in deletions if d.moved]

@@ -102,7 +102,7 @@ def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     waiting_on = []
     topics = []
     for wanted in request.topics:
-        topic = ctx.broker.topics.get(wanted.name)
+        topic = ctx.metadata.topic(wanted.name)
         results = []
         for wanted_partition in wanted.partitions:
             # v0-2 read a first batch larger than the limit only to answer with the overflow
@@ -167,7 +167,7 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
     waiting_on = []
     topics = []
     for wanted in request.topics:
-        topic = ctx.broker.topics.get_by_id(wanted.topic_id) if use_ids else ctx.broker.topics.get(wanted.name)
+        topic = ctx.metadata.topic_by_id(wanted.topic_id) if use_ids else ctx.metadata.topic(wanted.name)
         results = []
         for wanted_partition in wanted.partitions:
             result, partition = _read_partition(
@@ -185,7 +185,7 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
 
 def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batch: bool, use_ids: bool):
     result = FetchPartitionResult(wanted.partition)
-    partition = ctx.broker.partition(topic.name, wanted.partition) if topic is not None else None
+    partition = ctx.replicas.partition(topic.name, wanted.partition) if topic is not None else None
     if partition is None:
         if topic is None and use_ids:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
@@ -207,7 +207,7 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
         if replica_id >= 0:
             expand = partition.update_follower_fetch(replica_id, wanted.fetch_offset, wanted.log_start_offset)
             if expand is not None:
-                ctx.broker.propose_isr(partition, expand)
+                ctx.replicas.propose_isr(partition, expand)
         limit = max(0, min(wanted.partition_max_bytes, remaining))
         read = None
         if limit > 0 or min_one_batch:
@@ -245,7 +245,7 @@ def _refused_for_old_fetcher(ctx: RequestContext, topic, replica_id: int) -> int
     configured to store zstd gets UNSUPPORTED_COMPRESSION_TYPE, whatever its batches hold (for
     followers too); below v4, where the records would need down-conversion, a consumer (not a
     follower) gets UNSUPPORTED_VERSION when the topic's message.downconversion.enable is false."""
-    config = ctx.broker.config.effective_topic_config(topic.configs)
+    config = ctx.config.effective_topic_config(topic.configs)
     if config.get("compression.type", "producer") == "zstd":
         return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     if (ctx.version < MAGIC_2_SINCE_FETCH_VERSION and replica_id < 0
@@ -272,4 +272,4 @@ def _leader_endpoints(ctx: RequestContext, topics: list[FetchTopicResult]) -> li
     if ctx.version < 16:
         return None
     leaders = {p.current_leader[0] for t in topics for p in t.partitions if p.current_leader is not None}
-    return ctx.broker.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders) if leaders else None

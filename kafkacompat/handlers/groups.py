@@ -3,11 +3,15 @@ DescribeGroups, ListGroups, DeleteGroups. The work is in kafkacompat.groups.coor
 
 from __future__ import annotations
 
+import logging
+
 from kafkacompat.groups.coordinator import OFFSETS_TOPIC, JoinRequest
 from kafkacompat.groups.state import GroupState
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
-from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode
+from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode, KafkaError
+
+log = logging.getLogger("kafkacompat.groups")
 
 FIND_COORDINATOR = 10
 JOIN_GROUP = 11
@@ -25,7 +29,7 @@ GROUP_OPERATIONS = frozenset({3, 6, 8})
 
 
 def coordinator(ctx: RequestContext):
-    return ctx.broker.groups
+    return ctx.groups
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -41,46 +45,49 @@ def _message(error: int) -> str | None:
 # ---- FindCoordinator -----------------------------------------------------------------------
 
 
-async def _find_in_cluster(ctx: RequestContext, key: str) -> tuple[int, int, str, int]:
-    """The coordinator of a group is the leader of its __consumer_offsets partition (created
-    through the controller with offsets.topic.replication.factor, capped by the live brokers)."""
-    broker = ctx.broker
-    groups = coordinator(ctx)
+async def _create_offsets_topic(ctx: RequestContext) -> None:
+    """__consumer_offsets, created on the first FindCoordinator with
+    offsets.topic.replication.factor capped by the live brokers (Kafka's auto-creation)."""
+    config = ctx.config
+    groups = ctx.groups
+    try:
+        await ctx.admin.create_topic(
+            OFFSETS_TOPIC, config.offsets_topic_num_partitions,
+            max(1, min(config.offsets_topic_replication_factor, len(ctx.metadata.brokers()))),
+            groups.offsets_topic_configs(),
+        )
+    except KafkaError as exc:  # created concurrently, or not possible yet: the client retries
+        log.info("Could not create %s yet: %s (%s); FindCoordinator answers COORDINATOR_NOT_AVAILABLE",
+                 OFFSETS_TOPIC, exc.code.name, exc.message)
+    except Exception:
+        log.exception("Creating %s failed; FindCoordinator answers COORDINATOR_NOT_AVAILABLE", OFFSETS_TOPIC)
+
+
+async def _find_group_coordinator(ctx: RequestContext, key: str) -> tuple[int, int, str, int]:
+    """The coordinator of a group is the leader of its __consumer_offsets partition."""
+    groups = ctx.groups
     if groups.offsets_topic() is None:
-        config = broker.config
-        try:
-            await broker.admin_create_topic(
-                OFFSETS_TOPIC, config.offsets_topic_num_partitions,
-                max(1, min(config.offsets_topic_replication_factor, broker.live_broker_count())),
-                groups.offsets_topic_configs(),
-            )
-        except Exception:  # noqa: BLE001 - created concurrently or not yet possible: the client retries
-            pass
+        await _create_offsets_topic(ctx)
         if groups.offsets_topic() is None:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    state = broker.cluster.cache.partition_state(OFFSETS_TOPIC, groups.partition_for(key))
-    info = broker.brokers().get(state.leader) if state is not None else None
+    state = ctx.metadata.partition_state(OFFSETS_TOPIC, groups.partition_for(key))
+    info = ctx.metadata.brokers().get(state.leader) if state is not None else None
     if info is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    if state.leader == broker.node_id and groups.loading:
+    if state.leader == ctx.metadata.node_id and groups.loading:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
     return ErrorCode.NONE, info.broker_id, info.host, info.port
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
-    if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
-        return ErrorCode.INVALID_REQUEST, -1, "", -1
-    if key_type == GROUP_KEY_TYPE and getattr(ctx.broker, "cluster", None) is not None:
-        return await _find_in_cluster(ctx, key)
     if key_type == GROUP_KEY_TYPE:
-        try:
-            coordinator(ctx).ensure_offsets_topic()
-        except Exception:  # noqa: BLE001 - any failure to create the topic: the client retries
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        if coordinator(ctx).loading:
-            return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
-    host, port = ctx.broker.advertised_endpoint()
-    return ErrorCode.NONE, ctx.broker.node_id, host, port
+        return await _find_group_coordinator(ctx, key)
+    if key_type != TRANSACTION_KEY_TYPE:
+        return ErrorCode.INVALID_REQUEST, -1, "", -1
+    me = ctx.metadata.brokers().get(ctx.metadata.node_id)
+    if me is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    return ErrorCode.NONE, me.broker_id, me.host, me.port
 
 
 @handles(FIND_COORDINATOR, 0, 6)

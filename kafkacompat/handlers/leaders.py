@@ -16,33 +16,19 @@ import os
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 DESCRIBE_LOG_DIRS = 35
 ELECT_LEADERS = 43
 
 PREFERRED = 0
 UNCLEAN = 1
-NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
 
 
 def _requested_partitions(request) -> list[tuple[str, int]] | None:
     if request.topic_partitions is None:
         return None
     return [(entry.topic, int(p)) for entry in request.topic_partitions for p in entry.partitions]
-
-
-async def _elect_single_node(ctx: RequestContext, election_type: int, wanted: list[tuple[str, int]] | None):
-    broker = ctx.broker
-    if wanted is None:
-        wanted = [key for key in broker.partitions]
-    results = {}
-    for topic, index in wanted:
-        if broker.partition(topic, index) is None:
-            results[(topic, index)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
-        else:
-            results[(topic, index)] = (ErrorCode.ELECTION_NOT_NEEDED, NOT_NEEDED_MESSAGE)
-    return results
 
 
 @handles(ELECT_LEADERS, 0, 2)
@@ -55,11 +41,10 @@ async def handle_elect_leaders(request, ctx: RequestContext):
         return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
                             replica_election_results=[])
     wanted = _requested_partitions(request)
-    cluster = getattr(ctx.broker, "cluster", None)
-    if cluster is None:
-        results = await _elect_single_node(ctx, election_type, wanted)
-    else:
-        results = await cluster.elect_leaders(election_type, wanted)
+    try:
+        results = await ctx.admin.elect_leaders(election_type, wanted)
+    except KafkaError as exc:
+        return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=exc.code, replica_election_results=[])
     by_topic: dict[str, list] = {}
     for (topic, index), (code, message) in results.items():
         if wanted is None and code == ErrorCode.ELECTION_NOT_NEEDED:
@@ -77,21 +62,21 @@ async def handle_describe_log_dirs(request, ctx: RequestContext):
     result_cls = cls.DescribeLogDirsResult
     topic_cls = result_cls.DescribeLogDirsTopic
     partition_cls = topic_cls.DescribeLogDirsPartition
-    broker = ctx.broker
+    replicas = ctx.replicas
     if request.topics is None:
-        wanted = sorted(broker.partitions)
+        wanted = sorted(replicas.partitions)
     else:
         wanted = [(entry.topic, int(p)) for entry in request.topics for p in entry.partitions]
     by_topic: dict[str, list] = {}
     for topic, index in wanted:
-        partition = broker.partition(topic, index)
+        partition = replicas.partition(topic, index)
         if partition is None:
             continue  # Kafka leaves out partitions this broker does not host
         lag = max(0, partition.log_end_offset - partition.high_watermark)
         by_topic.setdefault(topic, []).append(partition_cls(
             partition_index=index, partition_size=partition.log.size_bytes, offset_lag=lag, is_future_key=False,
         ))
-    log_dir = str(broker.data_dir.resolve())
+    log_dir = str(ctx.services.log_dir.resolve())
     try:
         stat = os.statvfs(log_dir)
         total, usable = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize

@@ -138,7 +138,7 @@ def _list_partition(ctx: RequestContext, request, topic_name: str, wanted, parti
     index = wanted.partition_index
     if _timestamp_unsupported(wanted.timestamp, ctx.version):
         return _partition_result(partition_cls, index, ErrorCode.UNSUPPORTED_VERSION)
-    partition = ctx.broker.partition(topic_name, index)
+    partition = ctx.replicas.partition(topic_name, index)
     if partition is None:
         return _partition_result(partition_cls, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
@@ -189,7 +189,7 @@ def legacy_offsets_before(partition: Partition, timestamp: int, max_num_offsets:
 
 def _list_partition_v0(ctx: RequestContext, request, topic_name: str, wanted, partition_cls):
     index = wanted.partition_index
-    partition = ctx.broker.partition(topic_name, index)
+    partition = ctx.replicas.partition(topic_name, index)
     if partition is None:
         return partition_cls(partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, old_style_offsets=[])
     try:

@@ -25,20 +25,20 @@ def _requested_topics(request, version: int) -> list | None:
 async def _resolve(
     ctx: RequestContext, name: str | None, topic_id, allow_auto_create: bool
 ) -> tuple[TopicInfo | None, int, str | None]:
-    broker = ctx.broker
+    metadata = ctx.metadata
     if not name and topic_id is not None and topic_id.int != 0:
-        topic = broker.topics.get_by_id(topic_id)
+        topic = metadata.topic_by_id(topic_id)
         return topic, (ErrorCode.NONE if topic else ErrorCode.UNKNOWN_TOPIC_ID), None
-    topic = broker.topics.get(name)
+    topic = metadata.topic(name)
     if topic is not None:
         return topic, ErrorCode.NONE, name
     try:
         validate_topic_name(name)
     except KafkaError as exc:
         return None, exc.code, name
-    if broker.config.auto_create_topics_enable and allow_auto_create and not broker.topics.colliding_topic(name):
+    if ctx.config.auto_create_topics_enable and allow_auto_create and not metadata.colliding_topic(name):
         try:
-            return await broker.admin_auto_create_topic(name), ErrorCode.NONE, name
+            return await ctx.admin.auto_create_topic(name), ErrorCode.NONE, name
         except KafkaError as exc:
             return None, exc.code, name
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name
@@ -47,41 +47,24 @@ async def _resolve(
 def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool, error_code: int = 0):
     cls = response_class(METADATA).MetadataResponseTopic
     partition_cls = cls.MetadataResponsePartition
-    partitions = []
-    cluster = getattr(ctx.broker, "cluster", None)
-    for index in range(topic.partitions):
-        if cluster is not None:
-            partitions.append(_partition_from_state(ctx, partition_cls, topic.name, index))
-            continue
-        partition = ctx.broker.partition(topic.name, index)
-        if partition is None:
-            partitions.append(partition_cls(
-                error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1, leader_epoch=-1,
-                replica_nodes=[], isr_nodes=[], offline_replicas=[],
-            ))
-            continue
-        partitions.append(partition_cls(
-            error_code=0, partition_index=index, leader_id=partition.leader_id,
-            leader_epoch=partition.leader_epoch, replica_nodes=list(partition.replicas),
-            isr_nodes=list(partition.isr), offline_replicas=[],
-        ))
+    live = ctx.metadata.brokers()
+    partitions = [_partition_from_state(ctx, partition_cls, topic.name, index, live) for index in range(topic.partitions)]
     return cls(
         error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
         partitions=partitions, authorized_operations=set(TOPIC_OPERATIONS) if include_operations else None,
     )
 
 
-def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index: int):
-    """A partition as the controller's state says (cluster mode): leader, leader epoch, replicas,
-    ISR and the replicas on brokers that are not alive. A partition without a live leader is
+def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index: int, live: dict):
+    """A partition as the controller's state says: leader, leader epoch, replicas, ISR and the
+    replicas on brokers that are not alive. A partition without a live leader is
     LEADER_NOT_AVAILABLE with leader -1, as Kafka's MetadataCache answers."""
-    state = ctx.broker.cluster.cache.partition_state(topic, index)
+    state = ctx.metadata.partition_state(topic, index)
     if state is None:
         return partition_cls(
             error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1, leader_epoch=-1,
             replica_nodes=[], isr_nodes=[], offline_replicas=[],
         )
-    live = ctx.broker.cluster.cache.brokers
     leader_alive = state.leader in live
     return partition_cls(
         error_code=ErrorCode.NONE if leader_alive else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
@@ -93,11 +76,8 @@ def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index:
 
 def broker_list(ctx: RequestContext) -> list:
     cls = response_class(METADATA).MetadataResponseBroker
-    if getattr(ctx.broker, "cluster", None) is not None:
-        return [cls(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-                for b in sorted(ctx.broker.brokers().values(), key=lambda b: b.broker_id)]
-    host, port = ctx.broker.advertised_endpoint()
-    return [cls(node_id=ctx.broker.node_id, host=host, port=port, rack=ctx.broker.config.broker_rack)]
+    return [cls(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
 
 
 @handles(METADATA, 0, 13)
@@ -110,7 +90,7 @@ async def handle_metadata(request, ctx: RequestContext):
     include_cluster_ops = 8 <= ctx.version <= 10 and bool(request.include_cluster_authorized_operations)
     topics = []
     if requested is None:
-        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.broker.topics.by_name.values()]
+        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.metadata.topics()]
     else:
         for wanted in requested:
             topic, error, name = await _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
@@ -122,7 +102,7 @@ async def handle_metadata(request, ctx: RequestContext):
                     is_internal=False, partitions=[], authorized_operations=None,
                 ))
     return response_for(
-        METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
-        controller_id=ctx.broker.controller_id, topics=topics,
+        METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.metadata.cluster_id,
+        controller_id=ctx.metadata.controller_id, topics=topics,
         authorized_operations=set(CLUSTER_OPERATIONS) if include_cluster_ops else None,
     )

@@ -155,7 +155,7 @@ async def handle_offset_for_leader_epoch(request: OffsetForLeaderEpochRequestDat
 def _end_offset(ctx: RequestContext, request: OffsetForLeaderEpochRequestData, topic: str,
                 wanted: EpochRequestPartition) -> EpochEndOffset:
     result = EpochEndOffset(wanted.partition)
-    partition = ctx.broker.partition(topic, wanted.partition)
+    partition = ctx.replicas.partition(topic, wanted.partition)
     if partition is None:
         result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result

@@ -131,7 +131,7 @@ def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) ->
     if ctx.version < 10:
         return None
     leaders = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
-    return ctx.broker.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders) if leaders else None
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,
@@ -283,18 +283,17 @@ def _check_timestamps(records: memoryview, headers: list[BatchHeader], config: "
 
 
 def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
-    broker = ctx.broker
     if name:
-        topic = broker.topics.get(name)
+        topic = ctx.metadata.topic(name)
         unknown = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     else:
-        topic = broker.topics.get_by_id(topic_id) if topic_id is not None else None
+        topic = ctx.metadata.topic_by_id(topic_id) if topic_id is not None else None
         unknown = ErrorCode.UNKNOWN_TOPIC_ID
     if topic is None:
         raise KafkaError(unknown, f"this broker has no topic {name or topic_id}")
     if topic.is_internal:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"clients cannot produce to internal topic {topic.name}")
-    partition = broker.partition(topic.name, index)
+    partition = ctx.replicas.partition(topic.name, index)
     if partition is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} has no partition {index}")
     return partition

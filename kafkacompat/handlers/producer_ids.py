@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 
+from kafkacompat.controller.producer_ids import ProducerIdsExhaustedError
+from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
@@ -58,10 +60,15 @@ async def handle_init_producer_id(request, ctx: RequestContext):
                         ctx.client_id, transactional_id)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
-        producer_id = await ctx.broker.producer_ids.generate()
-    except OSError as error:
+        producer_id = await ctx.producer_ids.generate()
+    except (OSError, StoreError) as error:
         log.error("Could not allocate a producer id block: %s; idempotent producers will retry", error)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    except ProducerIdsExhaustedError as error:
+        # Kafka's "Have exhausted all producerIds" reaches the client as UNKNOWN_SERVER_ERROR.
+        log.error("InitProducerId from client %s: %s; no idempotent producer can start on this cluster",
+                  ctx.client_id, error)
+        return _init_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
     log.debug("Producer id %d (epoch 0) for client %s", producer_id, ctx.client_id)
     return _init_response(ctx, ErrorCode.NONE, producer_id, 0)
 
@@ -75,7 +82,7 @@ async def handle_describe_producers(request, ctx: RequestContext):
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
-            partition = ctx.broker.partition(topic.name, index)
+            partition = ctx.replicas.partition(topic.name, index)
             if partition is None:
                 partitions.append(partition_cls(
                     partition_index=index, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

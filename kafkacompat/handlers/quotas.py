@@ -8,8 +8,6 @@ enforced: no client is throttled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from kafkacompat.controller.client_quotas import (
     ClientQuotaStore,
     QuotaAlteration,
@@ -20,24 +18,8 @@ from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
-if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
-
 DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
-
-
-def quota_store(broker: "Broker") -> ClientQuotaStore:
-    """The cluster's metadata store, or the single node's embedded one (the topics' tree)."""
-    if broker.store is not None:
-        return ClientQuotaStore(broker.store)
-    if broker.clustered:
-        # Listening already, not yet connected to the cluster's store: as a forwarded request
-        # that finds no controller, the client retries.
-        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "The metadata store is not connected yet.")
-    from kafkacompat.controller.store import EmbeddedStore
-
-    return ClientQuotaStore(EmbeddedStore(broker.topics.tree))
 
 
 @handles(DESCRIBE_CLIENT_QUOTAS, 0, 1)
@@ -45,7 +27,7 @@ async def handle_describe_client_quotas(request, ctx: RequestContext):
     try:
         quota_filter = parse_filter(
             ((c.entity_type, c.match_type, c.match) for c in request.components or []), bool(request.strict))
-        found = await quota_store(ctx.broker).describe(quota_filter)
+        found = await ctx.admin.quota_store().describe(quota_filter)
     except KafkaError as error:
         return response_for(DESCRIBE_CLIENT_QUOTAS, ctx, throttle_time_ms=0, error_code=error.code,
                             error_message=error.message, entries=None)
@@ -76,7 +58,7 @@ def _alterations(request) -> list[QuotaAlteration]:
 async def handle_alter_client_quotas(request, ctx: RequestContext):
     alterations = _alterations(request)
     try:
-        results = await quota_store(ctx.broker).alter(alterations, bool(request.validate_only))
+        results = await ctx.admin.quota_store().alter(alterations, bool(request.validate_only))
     except KafkaError as error:
         results = list({alteration.entity: error for alteration in alterations}.items())
     entry_cls = response_class(ALTER_CLIENT_QUOTAS).EntryData

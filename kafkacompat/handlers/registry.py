@@ -14,19 +14,63 @@ from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 
 if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
+    from pathlib import Path
+
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.producer_ids import ProducerIdManager
+    from kafkacompat.groups.coordinator import GroupCoordinator
+    from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
+    from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
 
 Decoder = Callable[[int, memoryview], Any]
 Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 
 
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What handlers may use: read the metadata, change it through admin, reach the partitions
+    hosted here, the group coordinator and the producer ids."""
+
+    config: "BrokerConfig"
+    metadata: "MetadataView"
+    admin: "AdminOps"
+    replicas: "ReplicaManager"
+    groups: "GroupCoordinator"
+    producer_ids: "ProducerIdManager"
+    log_dir: "Path"
+
+
 @dataclass(slots=True)
 class RequestContext:
-    broker: "Broker"
+    services: Services
     header: "RequestHeader"
     connection: "Connection | None"
+
+    @property
+    def config(self) -> "BrokerConfig":
+        return self.services.config
+
+    @property
+    def metadata(self) -> "MetadataView":
+        return self.services.metadata
+
+    @property
+    def admin(self) -> "AdminOps":
+        return self.services.admin
+
+    @property
+    def replicas(self) -> "ReplicaManager":
+        return self.services.replicas
+
+    @property
+    def groups(self) -> "GroupCoordinator":
+        return self.services.groups
+
+    @property
+    def producer_ids(self) -> "ProducerIdManager":
+        return self.services.producer_ids
 
     @property
     def version(self) -> int:

@@ -51,7 +51,7 @@ def _duplicates(names: Iterable[str | None]) -> set[str | None]:
 
 
 def _check_replication_factor(ctx: RequestContext, replication_factor: int) -> None:
-    brokers = ctx.broker.live_broker_count()
+    brokers = len(ctx.metadata.brokers())
     if replication_factor > brokers:
         raise KafkaError(
             ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -66,7 +66,7 @@ def _check_manual_replicas(ctx: RequestContext, broker_ids: list[int], replicati
         raise KafkaError(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT, "The manual partition assignment includes an empty replica list."
         )
-    live = set(ctx.broker.live_broker_ids())
+    live = set(sorted(ctx.metadata.brokers()))
     previous = None
     for broker_id in sorted(broker_ids):
         if broker_id not in live:
@@ -92,11 +92,10 @@ def _check_manual_replicas(ctx: RequestContext, broker_ids: list[int], replicati
 
 
 def _check_new_name(ctx: RequestContext, name: str) -> None:
-    registry = ctx.broker.topics
-    if registry.get(name) is not None:
+    if ctx.metadata.topic(name) is not None:
         raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
     validate_topic_name(name)
-    colliding = registry.colliding_topic(name)
+    colliding = ctx.metadata.colliding_topic(name)
     if colliding is not None:
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {colliding}")
 
@@ -140,7 +139,7 @@ def _plan_from_counts(ctx: RequestContext, topic) -> tuple[int, int]:
         raise KafkaError(
             ErrorCode.INVALID_PARTITIONS, "Number of partitions was set to an invalid non-positive value."
         )
-    config = ctx.broker.config
+    config = ctx.config
     partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     replication_factor = (
         config.default_replication_factor if topic.replication_factor == -1 else topic.replication_factor
@@ -165,7 +164,7 @@ def _created_result(ctx: RequestContext, topic_cls, name: str, topic_id: uuid.UU
     configs = [
         config_cls(name=entry.name, value=entry.value, read_only=entry.read_only,
                    config_source=entry.source, is_sensitive=entry.is_sensitive)
-        for entry in creation_config_entries(ctx.broker.config, plan.configs)
+        for entry in creation_config_entries(ctx.config, plan.configs)
     ]
     return topic_cls(
         name=name, topic_id=topic_id or ZERO_UUID, error_code=ErrorCode.NONE, error_message=None,
@@ -184,9 +183,7 @@ def _error_result(topic_cls, name: str | None, code: int, message: str | None):
 async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
-    cluster = getattr(ctx.broker, "cluster", None)
-    if cluster is not None:
-        await cluster.refresh()  # check names and live brokers against the store, not a cache a beat behind
+    await ctx.admin.refresh()  # check names and live brokers against the store, not a cache a beat behind
     duplicates = _duplicates(topic.name for topic in request.topics)
     results = []
     for topic in request.topics:
@@ -202,8 +199,9 @@ async def handle_create_topics(request, ctx: RequestContext):
             plan = _plan_topic(ctx, topic)
             topic_id = None
             if not validate_only:
-                created = await ctx.broker.admin_create_topic(
-                    topic.name, plan.partitions, plan.replication_factor, plan.configs, plan.assignment)
+                created = await ctx.admin.create_topic(
+                    topic.name, plan.partitions, plan.replication_factor, plan.configs, plan.assignment,
+                    timeout_ms=request.timeout_ms)
                 topic_id = created.topic_id
         except KafkaError as exc:
             log.info("CreateTopics %s: %s (%s)", topic.name, exc.code.name, exc.message)
@@ -252,7 +250,7 @@ def _resolve_for_deletion(
     for topic_id in dict.fromkeys(ids):
         if topic_id in duplicate_ids:
             continue
-        topic = ctx.broker.topics.get_by_id(topic_id)
+        topic = ctx.metadata.topic_by_id(topic_id)
         if topic is None:
             errors.append(_delete_result(result_cls, None, topic_id, ErrorCode.UNKNOWN_TOPIC_ID,
                                          DEFAULT_MESSAGES[ErrorCode.UNKNOWN_TOPIC_ID]))
@@ -261,7 +259,7 @@ def _resolve_for_deletion(
     for name in dict.fromkeys(names):
         if name in duplicate_names:
             continue
-        topic = ctx.broker.topics.get(name)
+        topic = ctx.metadata.topic(name)
         if topic is None:
             errors.append(_delete_result(result_cls, name, ZERO_UUID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                          DEFAULT_MESSAGES[ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]))
@@ -277,7 +275,7 @@ def _resolve_for_deletion(
 async def handle_delete_topics(request, ctx: RequestContext):
     result_cls = response_class(DELETE_TOPICS).DeletableTopicResult
     targets = _deletion_targets(request, ctx.version)
-    if not ctx.broker.config.delete_topic_enable:
+    if not ctx.config.delete_topic_enable:
         # Kafka answers every topic with the same error: INVALID_REQUEST before v3.
         code = ErrorCode.TOPIC_DELETION_DISABLED if ctx.version >= 3 else ErrorCode.INVALID_REQUEST
         log.info("DeleteTopics refused: delete.topic.enable=false")
@@ -285,7 +283,12 @@ async def handle_delete_topics(request, ctx: RequestContext):
         return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
     to_delete, results = _resolve_for_deletion(ctx, targets, result_cls)
     for topic in to_delete:
-        await ctx.broker.admin_delete_topic(topic)
+        try:
+            await ctx.admin.delete_topic(topic, timeout_ms=request.timeout_ms)
+        except KafkaError as exc:
+            log.info("DeleteTopics %s: %s (%s)", topic.name, exc.code.name, exc.message)
+            results.append(_delete_result(result_cls, topic.name, topic.topic_id, exc.code, exc.message))
+            continue
         results.append(_delete_result(result_cls, topic.name, topic.topic_id, ErrorCode.NONE))
     return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
 
@@ -294,7 +297,7 @@ async def handle_delete_topics(request, ctx: RequestContext):
 
 
 def _check_partition_increase(ctx: RequestContext, request_topic) -> TopicInfo:
-    topic = ctx.broker.topics.get(request_topic.name)
+    topic = ctx.metadata.topic(request_topic.name)
     if topic is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
     current, wanted = topic.partitions, request_topic.count
@@ -335,7 +338,7 @@ async def handle_create_partitions(request, ctx: RequestContext):
             if not request.validate_only:
                 assignment = ([list(a.broker_ids) for a in request_topic.assignments]
                               if request_topic.assignments is not None else None)
-                await ctx.broker.admin_add_partitions(topic, request_topic.count, assignment)
+                await ctx.admin.add_partitions(topic, request_topic.count, assignment, timeout_ms=request.timeout_ms)
         except KafkaError as exc:
             message = None if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else exc.message
             results.append(result_cls(name=request_topic.name, error_code=exc.code, error_message=message))

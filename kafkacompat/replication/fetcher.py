@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -32,7 +32,9 @@ from kafkacompat.wire.produce import INT16, INT32, make_writer
 from kafkacompat.wire.records import HEADER_SIZE, crc_ok, read_header
 
 if TYPE_CHECKING:
-    from kafkacompat.broker import Broker
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.state import BrokerInfo
+    from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.replication.fetcher")
@@ -51,8 +53,28 @@ _REPLICA_STATE = struct.Struct(">iqB")  # replica_id, replica_epoch, empty tagge
 _NO_RETRY_LOG = (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH)
 
 
+# In ZooKeeper mode Kafka's followers send no broker epoch (ReplicaState.ReplicaEpoch -1): the
+# epoch fences stale replicas only in KRaft, where the controller hands it out at registration.
+REPLICA_EPOCH = -1
+_NETWORK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError)
+
+
 class FetcherConnectionError(Exception):
     pass
+
+
+class FetcherHost(Protocol):
+    """What a fetcher needs of the replica manager that owns it."""
+
+    node_id: int
+    config: "BrokerConfig"
+    partitions: "dict[tuple[str, int], Partition]"
+
+    def brokers(self) -> "dict[int, BrokerInfo]": ...
+
+    def topic(self, name: str) -> "TopicInfo | None": ...
+
+    def checkpoint_log_start_offsets(self) -> None: ...
 
 
 class _Connection:
@@ -155,8 +177,8 @@ def encode_fetch_request(version: int, *, replica_id: int, replica_epoch: int, m
 class ReplicaFetcher:
     """Fetches the partitions this broker follows on one leader."""
 
-    def __init__(self, broker: "Broker", leader_id: int) -> None:
-        self.broker = broker
+    def __init__(self, host: FetcherHost, leader_id: int) -> None:
+        self.replicas = host
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], float] = {}  # key -> do not fetch before (trio time)
         self.cancel_scope = trio.CancelScope()
@@ -164,7 +186,7 @@ class ReplicaFetcher:
         self.connected_version: int | None = None
 
     def __repr__(self) -> str:
-        return f"ReplicaFetcher(broker {self.broker.node_id} <- {self.leader_id})"
+        return f"ReplicaFetcher(broker {self.replicas.node_id} <- {self.leader_id})"
 
     def add(self, key: tuple[str, int]) -> None:
         self.partitions[key] = 0.0
@@ -179,7 +201,7 @@ class ReplicaFetcher:
 
     @property
     def _config(self):
-        return self.broker.config
+        return self.replicas.config
 
     async def run(self) -> None:
         backoff = self._config.replica_fetch_backoff_ms / 1000
@@ -190,11 +212,17 @@ class ReplicaFetcher:
                     continue
                 try:
                     await self._session()
-                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError,
-                        FetcherConnectionError, ValueError, KeyError) as exc:
+                except (*_NETWORK_ERRORS, FetcherConnectionError) as exc:
                     log.info("%s: %s: %s; retrying in %.1fs", self, type(exc).__name__, exc, backoff)
-                    self.connected_version = None
-                    await trio.sleep(backoff)
+                except Exception:
+                    # A bug or a response we cannot read: replication of these partitions stalls,
+                    # the broker keeps serving; say so loudly and try again.
+                    log.exception("%s: fetching %s failed unexpectedly; reconnecting in %.1fs",
+                                  self, sorted(self.partitions), backoff)
+                else:
+                    continue
+                self.connected_version = None
+                await trio.sleep(backoff)
 
     async def _wait_for_change(self, deadline: float | None) -> None:
         self._changed = trio.Event()
@@ -205,14 +233,14 @@ class ReplicaFetcher:
                 await self._changed.wait()
 
     async def _session(self) -> None:
-        info = self.broker.brokers().get(self.leader_id)
+        info = self.replicas.brokers().get(self.leader_id)
         if info is None:
             raise FetcherConnectionError(f"broker {self.leader_id} is not registered")
         timeout = self._config.replica_socket_timeout_ms / 1000
         with trio.fail_after(timeout):
             stream = await trio.open_tcp_stream(info.host, info.port)
         async with stream:
-            conn = _Connection(stream, f"kafkacompat-replica-{self.broker.node_id}")
+            conn = _Connection(stream, f"kafkacompat-replica-{self.replicas.node_id}")
             with trio.fail_after(timeout):
                 versions = await _api_versions(conn)
             low, high = versions.get(FETCH_KEY, (0, -1))
@@ -229,7 +257,7 @@ class ReplicaFetcher:
         ready: list[_Fetching] = []
         next_time = None
         for key, not_before in list(self.partitions.items()):
-            partition = self.broker.partitions.get(key)
+            partition = self.replicas.partitions.get(key)
             if partition is None or partition.is_leader or partition.leader_id != self.leader_id:
                 continue
             if not_before > now:
@@ -251,7 +279,7 @@ class ReplicaFetcher:
         ids = {}
         max_partition_bytes = self._config.replica_fetch_max_bytes
         for name, fetchings in by_topic.items():
-            topic = self.broker.topics.get(name)
+            topic = self.replicas.topic(name)
             topic_id = topic.topic_id if topic is not None else None
             if use_ids and topic_id is None:
                 use_ids = False
@@ -263,7 +291,7 @@ class ReplicaFetcher:
         if not use_ids:
             version = min(version, 12)
         body = encode_fetch_request(
-            version, replica_id=self.broker.node_id, replica_epoch=getattr(self.broker, "broker_epoch", -1),
+            version, replica_id=self.replicas.node_id, replica_epoch=REPLICA_EPOCH,
             max_wait_ms=self._config.replica_fetch_wait_max_ms, min_bytes=self._config.replica_fetch_min_bytes,
             max_bytes=self._config.replica_fetch_response_max_bytes, topics=topics,
         )
@@ -291,7 +319,7 @@ class ReplicaFetcher:
         key = (partition.topic, partition.index)
         if (key not in self.partitions or partition.is_leader or partition.leader_epoch != fetching.leader_epoch
                 or partition.log_end_offset != fetching.fetch_offset
-                or self.broker.partitions.get(key) is not partition):
+                or self.replicas.partitions.get(key) is not partition):
             return  # the state moved on while the request was in flight
         code = result.error_code
         try:
@@ -324,7 +352,7 @@ class ReplicaFetcher:
             partition.truncate_fully_and_start_at(leader_log_start)
         elif partition.advance_log_start_offset(leader_log_start):
             try:
-                self.broker.logs.checkpoint_log_start_offsets()
+                self.replicas.checkpoint_log_start_offsets()
             except OSError as exc:
                 log.warning("%s: could not checkpoint the log start offset of %s: %s", self, partition, exc)
 
@@ -391,8 +419,8 @@ def _error_name(code: int) -> str:
 class ReplicaFetcherManager:
     """One ReplicaFetcher per source broker, started in the broker's nursery."""
 
-    def __init__(self, broker: "Broker") -> None:
-        self.broker = broker
+    def __init__(self, host: FetcherHost) -> None:
+        self.replicas = host
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.nursery: trio.Nursery | None = None
         self._leader_of: dict[tuple[str, int], int] = {}
@@ -410,7 +438,7 @@ class ReplicaFetcherManager:
         self.remove_partition(key)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
-            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.broker, leader_id)
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.replicas, leader_id)
             if self.nursery is not None:
                 self.nursery.start_soon(fetcher.run)
         fetcher.add(key)

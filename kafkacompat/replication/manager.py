@@ -1,0 +1,320 @@
+"""The ReplicaManager (Kafka's of that name): the partitions this broker hosts, their follower
+fetchers, ISR checks and proposals, and log housekeeping. It applies the partition states the
+controller decides (or the single node's own) and tells its leadership listeners (the group
+coordinator) after each change. Its background tasks run in its own nursery; a task that fails
+is logged with what it was doing and carries on, it never stops the broker."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import trio
+
+from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id
+from kafkacompat.log import LogConfig, LogManager
+from kafkacompat.replication.fetcher import ReplicaFetcherManager
+from kafkacompat.replication.partition import Partition
+from kafkacompat.wire.errors import KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.state import BrokerInfo, PartitionState
+    from kafkacompat.services import IsrClient, LeadershipListener, TopicLookup
+    from kafkacompat.wire.produce import NodeEndpoint
+
+log = logging.getLogger("kafkacompat.replication")
+
+PARTITION_METADATA = "partition.metadata"
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, config: "BrokerConfig", logs: LogManager, topics: "TopicLookup",
+                 brokers: "Callable[[], dict[int, BrokerInfo]]", isr_client: "IsrClient | None") -> None:
+        """``topics`` and ``brokers`` are the metadata this broker reads (the single node's own or
+        the controller's cache); ``isr_client`` takes ISR changes (None on a single node, where
+        the ISR is this broker alone)."""
+        self.node_id = node_id
+        self.config = config
+        self.logs = logs
+        self.topics = topics
+        self.brokers = brokers
+        self.isr_client = isr_client
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.fetchers = ReplicaFetcherManager(self)
+        self._listeners: list[LeadershipListener] = []
+        self._nursery: trio.Nursery | None = None
+
+    def add_leadership_listener(self, listener: "LeadershipListener") -> None:
+        self._listeners.append(listener)
+
+    def partition(self, topic: str, index: int) -> Partition | None:
+        return self.partitions.get((topic, index))
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.topics.get(name)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self.logs.checkpoint_log_start_offsets()
+
+    # ---- opening partitions --------------------------------------------------------------------
+
+    def log_config(self, topic: TopicInfo | None) -> LogConfig:
+        return LogConfig.from_properties(self.config.effective_topic_config(topic.configs if topic else {}))
+
+    def log_config_for_topic_name(self, name: str) -> LogConfig:
+        return self.log_config(self.topics.get(name))
+
+    def open_partitions(self, topic: TopicInfo, indexes: range, *, lead: bool = False) -> None:
+        for index in indexes:
+            self.open_partition(topic.name, index, lead=lead)
+
+    def open_partition(self, name: str, index: int, *, lead: bool = False) -> Partition:
+        """The partition's log (created if missing); ``lead``: this broker leads it at once (a
+        single node), else it waits for the controller's state."""
+        topic = self.topics.get(name)
+        partition_log = self.logs.get(name, index)
+        if partition_log is not None and topic is not None and _belongs_to_other_topic(partition_log.dir, topic):
+            log.warning("The log of %s-%d on disk belongs to an earlier topic of that name (deleted and "
+                        "recreated while this broker was away); deleting it", name, index)
+            self.logs.delete_partition(name, index)
+            partition_log = None
+        if partition_log is None:
+            partition_log = self.logs.create(name, index, self.log_config(topic))
+        if topic is not None:
+            _write_partition_metadata(partition_log.dir, topic.topic_id)
+        partition = Partition(
+            name, index, partition_log, local_id=self.node_id, leader_id=self.node_id if lead else -1,
+            lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            min_insync_replicas=self._min_insync_replicas(topic),
+        )
+        self.partitions[(name, index)] = partition
+        return partition
+
+    def _min_insync_replicas(self, topic: TopicInfo | None) -> int:
+        effective = self.config.effective_topic_config(topic.configs if topic else {})
+        return int(effective.get("min.insync.replicas", self.config.min_insync_replicas))
+
+    def warn_about_stray_logs(self) -> None:
+        for partition_log in self.logs.all_logs():
+            if (partition_log.topic, partition_log.partition) not in self.partitions:
+                log.warning(
+                    "Partition directory %s belongs to no known topic; it is left untouched and not served",
+                    partition_log.dir,
+                )
+
+    def delete_stray_logs(self, hosted: set[tuple[str, int]]) -> None:
+        """Once the first cluster view is in (cluster mode): logs on disk for partitions this broker
+        no longer hosts (topic deleted or replica moved while it was down) are deleted, as Kafka's
+        controller does with StopReplica when such a broker returns."""
+        for partition_log in self.logs.all_logs():
+            key = (partition_log.topic, partition_log.partition)
+            if key not in hosted and key not in self.partitions:
+                log.warning("Deleting the log of %s-%d: this broker hosts no such partition any more "
+                            "(its topic was deleted or the replica moved while the broker was away)", *key)
+                self.logs.delete_partition(*key)
+
+    # ---- topic changes (the single node applies its own) ---------------------------------------
+
+    def drop_partitions(self, topic: TopicInfo) -> None:
+        for index in range(topic.partitions):
+            partition = self.partitions.pop((topic.name, index), None)
+            if partition is not None:
+                partition.wake_waiters()
+            self.logs.delete_partition(topic.name, index)
+
+    def refresh_topic_config(self, topic: TopicInfo) -> None:
+        """Apply a topic's (possibly changed) config overrides to the logs hosted here."""
+        config = None
+        min_isr = self._min_insync_replicas(topic)
+        for index in range(topic.partitions):
+            partition = self.partitions.get((topic.name, index))
+            if partition is not None:
+                config = config or self.log_config(topic)
+                partition.log.config = config
+                partition.min_insync_replicas = min_isr
+
+    # ---- partition states ----------------------------------------------------------------------
+
+    async def apply_partition_state(self, state: "PartitionState") -> None:
+        """The controller's state of a partition this broker hosts (or stopped hosting) changed:
+        create the log if needed, lead or follow (replication/partition.py), start or stop the
+        follower fetcher, then tell the leadership listeners. Called in order, once per change;
+        returns promptly. States older than the one applied (leader epoch, then partition epoch)
+        are ignored."""
+        if self._apply(state):
+            for listener in self._listeners:
+                try:
+                    listener.on_partition_state(state, self.node_id)
+                except Exception:
+                    log.exception("%s-%d: a leadership listener failed on %s; the state stays applied",
+                                  state.topic, state.partition, state)
+
+    def _apply(self, state: "PartitionState") -> bool:
+        key = (state.topic, state.partition)
+        partition = self.partitions.get(key)
+        if self.node_id not in state.replicas:
+            self.fetchers.remove_partition(key)
+            if partition is not None and not partition.is_stale(state):
+                partition.become_follower(state)
+            return True
+        if partition is None:
+            if self.topics.get(state.topic) is None:
+                log.warning("State for %s-%d of an unknown topic; ignored", state.topic, state.partition)
+                return False
+            partition = self.open_partition(state.topic, state.partition)
+        if partition.is_stale(state):
+            log.debug("Ignoring stale state %s", state)
+            return False
+        if state.leader == self.node_id:
+            self.fetchers.remove_partition(key)
+            partition.become_leader(state)
+        else:
+            partition.become_follower(state)
+            if state.leader >= 0:
+                self.fetchers.add_partition(key, state.leader)
+            else:
+                self.fetchers.remove_partition(key)
+        return True
+
+    async def remove_partition(self, topic: str, index: int) -> None:
+        """This broker no longer hosts the partition (topic deleted or replica moved): stop
+        serving it and delete its log."""
+        self.fetchers.remove_partition((topic, index))
+        partition = self.partitions.pop((topic, index), None)
+        if partition is not None:
+            partition.wake_waiters()
+        for listener in self._listeners:
+            try:
+                listener.on_partition_removed(topic, index)
+            except Exception:
+                log.exception("%s-%d: a leadership listener failed on its removal", topic, index)
+        self.logs.delete_partition(topic, index)
+
+    # ---- ISR -----------------------------------------------------------------------------------
+
+    def propose_isr(self, partition: Partition, new_isr: list[int]) -> None:
+        """Send an ISR change to the controller in the background (one in flight per partition)."""
+        if self.isr_client is None or self._nursery is None or partition.pending_isr is not None:
+            return
+        partition.pending_isr = list(new_isr)
+        self._nursery.start_soon(self._alter_isr, partition, list(new_isr))
+
+    async def _alter_isr(self, partition: Partition, new_isr: list[int]) -> None:
+        assert self.isr_client is not None
+        try:
+            log.info("%s: proposing ISR %s (was %s)", partition, new_isr, partition.isr)
+            state = await self.isr_client.alter_partition(
+                partition.topic, partition.index, partition.leader_epoch, partition.partition_epoch, new_isr
+            )
+            await self.apply_partition_state(state)
+        except KafkaError as exc:
+            log.info("%s: ISR change to %s refused: %s", partition, new_isr, exc)
+        except Exception:
+            log.exception("%s: ISR change to %s failed; the ISR check proposes it again", partition, new_isr)
+        finally:
+            if partition.pending_isr == new_isr:
+                partition.pending_isr = None
+
+    def check_isr(self) -> None:
+        """Propose dropping followers that have not caught up for replica.lag.time.max.ms."""
+        for partition in list(self.partitions.values()):
+            if partition.is_leader and partition.followers:
+                shrunk = partition.isr_shrink_candidate()
+                if shrunk is not None:
+                    self.propose_isr(partition, shrunk)
+
+    async def _run_isr_checks(self) -> None:
+        interval = max(self.config.replica_lag_time_max_ms / 2000, 0.05)
+        while True:
+            await trio.sleep(interval)
+            try:
+                self.check_isr()
+            except Exception:
+                log.exception("The ISR check failed; it runs again in %.2fs", interval)
+
+    def node_endpoints(self, ids) -> "list[NodeEndpoint] | None":
+        """KIP-951 NodeEndpoints of these brokers (those this broker knows)."""
+        from kafkacompat.wire.produce import NodeEndpoint
+
+        infos = self.brokers()
+        endpoints = [NodeEndpoint(i, infos[i].host, infos[i].port, infos[i].rack) for i in sorted(ids) if i in infos]
+        return endpoints or None
+
+    # ---- background work -----------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Fetchers, ISR checks and proposals, retention and checkpoints, until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self.fetchers.start(nursery)
+                nursery.start_soon(self._run_isr_checks)
+                nursery.start_soon(self._run_housekeeping)
+                task_status.started()
+        finally:
+            self._nursery = None
+
+    async def _run_housekeeping(self) -> None:
+        config = self.config
+        interval = config.log_retention_check_interval_ms / 1000
+        checkpoint_interval = config.log_flush_offset_checkpoint_interval_ms / 1000
+        next_checkpoint = trio.current_time() + checkpoint_interval
+        producer_expiry_interval = config.producer_id_expiration_check_interval_ms / 1000
+        next_producer_expiry = trio.current_time() + producer_expiry_interval
+        while True:
+            await trio.sleep(min(interval, checkpoint_interval, producer_expiry_interval))
+            now_ms = int(time.time() * 1000)
+            for partition in list(self.partitions.values()):
+                try:
+                    removed = partition.log.apply_retention(now_ms)
+                except OSError:
+                    log.exception("Retention failed for %s; will retry", partition)
+                    continue
+                if removed:
+                    log.info("Retention removed %d segment(s) of %s", removed, partition)
+            if trio.current_time() >= next_producer_expiry:
+                self._expire_producers(now_ms)
+                next_producer_expiry = trio.current_time() + producer_expiry_interval
+            if trio.current_time() >= next_checkpoint:
+                try:
+                    self.logs.checkpoint()
+                except OSError:
+                    log.exception("Writing the log checkpoints failed; will retry")
+                next_checkpoint = trio.current_time() + checkpoint_interval
+
+    def _expire_producers(self, now_ms: int) -> None:
+        """Forget idempotent producers idle longer than producer.id.expiration.ms."""
+        expiration_ms = self.config.producer_id_expiration_ms
+        for partition in list(self.partitions.values()):
+            removed = partition.log.producer_state.remove_expired(now_ms, expiration_ms)
+            if removed:
+                log.info("Expired %d idle producer id(s) of %s (producer.id.expiration.ms=%d)",
+                         removed, partition, expiration_ms)
+
+
+def _topic_id_on_disk(partition_dir: Path) -> uuid.UUID | None:
+    """The topic id in a partition directory's partition.metadata, if it has a readable one."""
+    try:
+        for line in (partition_dir / PARTITION_METADATA).read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "topic_id":
+                return decode_topic_id(value.strip())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _belongs_to_other_topic(partition_dir: Path, topic: TopicInfo) -> bool:
+    on_disk = _topic_id_on_disk(partition_dir)
+    return on_disk is not None and topic.topic_id.int != 0 and on_disk != topic.topic_id
+
+
+def _write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:
+    """Kafka's partition.metadata file: the topic id a partition directory belongs to."""
+    path = partition_dir / PARTITION_METADATA
+    if not path.exists():
+        path.write_text(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")

@@ -1,0 +1,109 @@
+"""The narrow interfaces the broker's services are wired with (no hub): what a handler, the group
+coordinator and the replica manager may ask of the rest. Kafka's split is the model: handlers
+read a MetadataCache, write through an admin manager, and the GroupCoordinator hears leadership
+changes from the ReplicaManager (onLeadershipChange)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from kafkacompat.controller.client_quotas import ClientQuotaStore
+    from kafkacompat.controller.state import BrokerInfo, PartitionState
+    from kafkacompat.controller.topics import TopicInfo
+    from kafkacompat.replication.partition import Partition
+
+
+class TopicLookup(Protocol):
+    def get(self, name: str) -> "TopicInfo | None": ...
+
+
+class MetadataView(Protocol):
+    """Read-only: topics, live brokers, the controller and partition states (this node alone on
+    a single node, the controller's view in a cluster)."""
+
+    node_id: int
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+    def topic(self, name: str) -> "TopicInfo | None": ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> "TopicInfo | None": ...
+
+    def topics(self) -> "list[TopicInfo]": ...
+
+    def colliding_topic(self, name: str) -> str | None: ...
+
+    def partition_state(self, topic: str, index: int) -> "PartitionState | None": ...
+
+    def brokers(self) -> "dict[int, BrokerInfo]": ...
+
+
+class AdminOps(Protocol):
+    """Topic and cluster changes, each awaited until it has taken effect (or raising KafkaError:
+    the handler answers the client with its code)."""
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None = None) -> "TopicInfo": ...
+
+    async def auto_create_topic(self, name: str) -> "TopicInfo": ...
+
+    async def delete_topic(self, topic: "TopicInfo") -> None: ...
+
+    async def add_partitions(self, topic: "TopicInfo", total: int,
+                             assignment: list[list[int]] | None = None) -> None: ...
+
+    async def alter_topic_configs(self, topic: "TopicInfo", configs: dict[str, str]) -> None: ...
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
+                            ) -> dict[tuple[str, int], tuple[int, str | None]]: ...
+
+    async def refresh(self) -> None: ...
+
+    def quota_store(self) -> "ClientQuotaStore": ...
+
+
+class IsrClient(Protocol):
+    """AlterPartition: a leader's ISR change, compare-and-set on the partition epoch."""
+
+    async def alter_partition(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
+                              new_isr: list[int]) -> "PartitionState": ...
+
+
+class PartitionStateSink(Protocol):
+    """Where the controller's ClusterMember delivers the partition states of this broker."""
+
+    async def apply_partition_state(self, state: "PartitionState") -> None: ...
+
+    async def remove_partition(self, topic: str, index: int) -> None: ...
+
+    def refresh_topic_config(self, topic: "TopicInfo") -> None: ...
+
+    def delete_stray_logs(self, hosted: set[tuple[str, int]]) -> None: ...
+
+
+class LeadershipListener(Protocol):
+    """Told by the replica manager after it applied a partition state (Kafka's
+    onLeadershipChange) or stopped hosting a partition."""
+
+    def on_partition_state(self, state: "PartitionState", node_id: int) -> None: ...
+
+    def on_partition_removed(self, topic: str, index: int) -> None: ...
+
+
+class OffsetsLog(Protocol):
+    """__consumer_offsets as the group coordinator needs it."""
+
+    def topic(self) -> "TopicInfo | None": ...
+
+    def partition(self, index: int) -> "Partition | None": ...
+
+    def ensure_topic(self) -> "TopicInfo": ...
+
+    def hosts(self, topic: str, index: int) -> bool: ...
+

@@ -1,0 +1,129 @@
+"""A single node's metadata and admin operations: topics in the data dir's embedded store
+(controller/topics.py's TopicRegistry), this broker the leader and whole ISR of every partition."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Callable
+
+from kafkacompat.controller.client_quotas import ClientQuotaStore
+from kafkacompat.controller.state import BrokerInfo, PartitionState
+from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
+from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.identity import BrokerIdentity
+    from kafkacompat.replication.manager import ReplicaManager
+
+log = logging.getLogger("kafkacompat.broker")
+
+ELECTION_NOT_NEEDED_MESSAGE = "Leader election not needed for topic partition."
+
+
+class LocalMetadata:
+    """MetadataView of a single node."""
+
+    def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", registry: TopicRegistry,
+                 replicas: "ReplicaManager", endpoint: Callable[[], tuple[str, int]]) -> None:
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.config = config
+        self.registry = registry
+        self.replicas = replicas
+        self.endpoint = endpoint
+
+    @property
+    def cluster_id(self) -> str:
+        return self.identity.cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        return self.node_id
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self.registry.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self.registry.get_by_id(topic_id)
+
+    def topics(self) -> list[TopicInfo]:
+        return list(self.registry.by_name.values())
+
+    def colliding_topic(self, name: str) -> str | None:
+        return self.registry.colliding_topic(name)
+
+    def partition_state(self, topic: str, index: int) -> PartitionState | None:
+        partition = self.replicas.partition(topic, index)
+        if partition is None:
+            return None
+        return PartitionState(topic, index, tuple(partition.replicas), tuple(partition.isr), partition.leader_id,
+                              partition.leader_epoch, partition.partition_epoch)
+
+    def brokers(self) -> dict[int, BrokerInfo]:
+        host, port = self.endpoint()
+        return {self.node_id: BrokerInfo(self.node_id, host, port, self.config.broker_rack)}
+
+
+class LocalAdmin:
+    """AdminOps of a single node: each change is made and persisted before it returns."""
+
+    def __init__(self, config: "BrokerConfig", registry: TopicRegistry, replicas: "ReplicaManager") -> None:
+        self.config = config
+        self.registry = registry
+        self.replicas = replicas
+
+    def create_topic_now(self, name: str, partitions: int, replication_factor: int,
+                         configs: dict[str, str]) -> TopicInfo:
+        validate_topic_name(name)
+        topic = TopicInfo(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
+        self.registry.add(topic)
+        self.replicas.open_partitions(topic, range(partitions), lead=True)
+        log.info("Created topic %s with %d partition(s) and id %s", name, partitions, topic.topic_id)
+        return topic
+
+    async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
+                           assignment: dict[int, list[int]] | None = None, *,
+                           timeout_ms: int | None = None) -> TopicInfo:
+        return self.create_topic_now(name, partitions, replication_factor, configs)
+
+    async def auto_create_topic(self, name: str) -> TopicInfo:
+        return self.create_topic_now(name, self.config.num_partitions,
+                                     min(self.config.default_replication_factor, 1), {})
+
+    async def delete_topic(self, topic: TopicInfo, *, timeout_ms: int | None = None) -> None:
+        self.registry.remove(topic.name)
+        self.replicas.drop_partitions(topic)
+        log.info("Deleted topic %s (id %s)", topic.name, topic.topic_id)
+
+    async def add_partitions(self, topic: TopicInfo, total: int, assignment: list[list[int]] | None = None, *,
+                             timeout_ms: int | None = None) -> None:
+        first_new = topic.partitions
+        topic.partitions = total
+        self.registry.update(topic)
+        self.replicas.open_partitions(topic, range(first_new, total), lead=True)
+        log.info("Topic %s now has %d partitions", topic.name, total)
+
+    async def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+        """Replace a topic's config overrides (validated by the caller), persist them, and apply
+        them to its partitions' logs at once."""
+        topic.configs = dict(configs)
+        self.registry.update(topic)
+        self.replicas.refresh_topic_config(topic)
+
+    async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
+                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """This broker leads every partition already: no election is ever needed."""
+        wanted = list(self.replicas.partitions) if partitions is None else partitions
+        return {key: ((ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
+                      if self.replicas.partition(*key) is not None else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
+                for key in wanted}
+
+    async def refresh(self) -> None:
+        pass
+
+    def quota_store(self) -> ClientQuotaStore:
+        from kafkacompat.controller.store import EmbeddedStore
+
+        return ClientQuotaStore(EmbeddedStore(self.registry.tree))

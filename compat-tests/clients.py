@@ -714,3 +714,12 @@ def admin(broker):
 
 def drop_admin_clients() -> None:
     _admin_for.cache_clear()
+
+
+def init_producer_id(conn: RawConnection, version: int, transactional_id=None, producer_id=-1, epoch=-1):
+    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+    fields = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000}
+    if version >= 3:
+        fields.update(producer_id=producer_id, producer_epoch=epoch)
+    return conn.call(InitProducerIdRequest(**fields), InitProducerIdResponse, version)

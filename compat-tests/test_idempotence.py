@@ -16,7 +16,7 @@ import pytest
 
 pytest.register_assert_rewrite("clients")
 
-from clients import RawConnection, create_topic  # noqa: E402
+from clients import RawConnection, create_topic, init_producer_id  # noqa: E402
 from proxy import FaultyProxy  # noqa: E402
 
 PARTITIONS = 3
@@ -183,15 +183,6 @@ def test_kafka_python_default_producer_exactly_once_across_a_broker_sigkill(prox
 
 
 # ---- the APIs on the wire ------------------------------------------------------------------------
-
-
-def init_producer_id(conn: RawConnection, version: int, transactional_id=None, producer_id=-1, epoch=-1):
-    from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
-
-    fields = {"transactional_id": transactional_id, "transaction_timeout_ms": 60000}
-    if version >= 3:
-        fields.update(producer_id=producer_id, producer_epoch=epoch)
-    return conn.call(InitProducerIdRequest(**fields), InitProducerIdResponse, version)
 
 
 @pytest.mark.parametrize("version", range(6))

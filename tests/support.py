@@ -9,6 +9,8 @@ import uuid
 from pathlib import Path
 
 import trio
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
 
 from kafkacompat.config import BrokerConfig
 from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
@@ -19,16 +21,53 @@ from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.groups.offsets_log import OffsetsTopicLog
 from kafkacompat.handlers.produce import handle_produce
 from kafkacompat.handlers.registry import RequestContext, Services
-from kafkacompat.log import LogManager
+from kafkacompat.log import LogManager, PartitionLog
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.server import serve_listener
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.frame import RequestHeader
 from kafkacompat.wire.produce import ProducePartitionData, ProduceRequestData, ProduceTopicData
-from tests.test_log_cleaner import make_batch
 
 TOPIC = "t"
 _correlation = itertools.count(1)
+
+# ---- record batches ----------------------------------------------------------------------------
+
+T0 = 1_700_000_000_000  # a wall-clock-like base, so "now" arithmetic looks like the broker's
+
+
+def make_batch(items: list[tuple[bytes | None, bytes | None]], *, timestamp: int = T0, codec: int = 0,
+               producer: tuple[int, int, int] = (-1, -1, -1), headers: list | None = None) -> bytearray:
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
+                                        producer_id=producer[0], producer_epoch=producer[1],
+                                        base_sequence=producer[2], batch_size=1 << 20)
+    for offset, (key, value) in enumerate(items):
+        builder.append(offset, timestamp=timestamp + offset, key=key, value=value, headers=headers or [])
+    return builder.build()
+
+
+def records(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    """(offset, key, value, timestamp) of every record from ``start``, decoded by kafka-python."""
+    result = log.read(log.log_start_offset if start is None else start, 1 << 30)
+    data = result.read_all()
+    result.close()
+    found = []
+    batches = MemoryRecords(data)
+    while batches.has_next():
+        batch = batches.next_batch()
+        for record in batch:
+            found.append((record.offset, record.key, record.value, record.timestamp))
+    return found
+
+
+def latest(rows) -> dict:
+    state = {}
+    for _, key, value, _ in rows:
+        state[key] = value
+    return state
+
+
+# ---- the replication harness -------------------------------------------------------------------
 
 
 class FakeController:

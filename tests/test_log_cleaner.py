@@ -14,22 +14,10 @@ from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint
 from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, SimulatedCrash, log_to_clean
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import DELETE_HORIZON_FLAG, crc_ok, iter_batches, require_record_keys, validate_batches
+from tests.support import T0, latest, make_batch, records
 
 HOUR = 3_600_000
 DAY = 24 * HOUR
-T0 = 1_700_000_000_000  # a wall-clock-like base, so "now" arithmetic looks like the broker's
-
-
-def make_batch(items: list[tuple[bytes | None, bytes | None]], *, timestamp: int = T0, codec: int = 0,
-               producer: tuple[int, int, int] = (-1, -1, -1), headers: list | None = None) -> bytearray:
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False,
-                                        producer_id=producer[0], producer_epoch=producer[1],
-                                        base_sequence=producer[2], batch_size=1 << 20)
-    for offset, (key, value) in enumerate(items):
-        builder.append(offset, timestamp=timestamp + offset, key=key, value=value, headers=headers or [])
-    return builder.build()
-
-
 def append(log: PartitionLog, items, *, leader_epoch: int = 0, **options) -> int:
     blob = bytearray(make_batch(items, **options))
     view = memoryview(blob)
@@ -40,27 +28,6 @@ def open_log(tmp_path: Path, **config) -> PartitionLog:
     options = {"cleanup_policy": "compact", "min_cleanable_dirty_ratio": 0.0, "segment_bytes": 1 << 20}
     options.update(config)
     return PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(**options))
-
-
-def records(log: PartitionLog, start: int | None = None) -> list[tuple[int, bytes | None, bytes | None, int]]:
-    """(offset, key, value, timestamp) of every record from ``start``, decoded by kafka-python."""
-    result = log.read(log.log_start_offset if start is None else start, 1 << 30)
-    data = result.read_all()
-    result.close()
-    found = []
-    batches = MemoryRecords(data)
-    while batches.has_next():
-        batch = batches.next_batch()
-        for record in batch:
-            found.append((record.offset, record.key, record.value, record.timestamp))
-    return found
-
-
-def latest(rows) -> dict:
-    state = {}
-    for _, key, value, _ in rows:
-        state[key] = value
-    return state
 
 
 def cleaner_for(tmp_path: Path, *logs: PartitionLog) -> LogCleaner:

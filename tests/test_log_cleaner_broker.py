@@ -16,7 +16,7 @@ from kafkacompat.wire.errors import ErrorCode
 from kafkacompat.wire.frame import RequestHeader
 from kafkacompat.wire.produce import ProducePartitionData, ProduceRequestData, ProduceTopicData
 from kafkacompat.wire.records import validate_batches
-from tests.test_log_cleaner import T0, latest, make_batch, records
+from tests.support import T0, latest, make_batch, records
 
 
 def open_broker(tmp_path: Path) -> Broker:

@@ -9,7 +9,7 @@ import crc32c
 from kafkacompat.groups.storage import OffsetCommitValue, build_batch, offset_commit_key, offset_commit_value
 from kafkacompat.log import LogCleaner, LogConfig, PartitionLog
 from kafkacompat.wire.records import validate_batches, write_varint
-from tests.test_log_cleaner import T0, latest, records
+from tests.support import T0, latest, records
 
 SEGMENT_BYTES = 256 * 1024
 COMMITS = 86_400  # one a second for a day, on a compressed clock

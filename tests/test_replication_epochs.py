@@ -14,7 +14,7 @@ from kafkacompat.replication.leader_epoch import CHECKPOINT_FILE, LeaderEpochCac
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import validate_batches
-from tests.test_log_cleaner import make_batch
+from tests.support import make_batch
 
 
 def test_checkpoint_file_is_kafkas_format(tmp_path: Path):

@@ -11,7 +11,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint
-from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, SimulatedCrash, log_to_clean
+from kafkacompat.log import swap
+from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, log_to_clean
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import DELETE_HORIZON_FLAG, crc_ok, iter_batches, require_record_keys, validate_batches
 
@@ -296,23 +297,41 @@ def test_idempotent_producers_keep_their_last_batch_as_an_empty_batch(tmp_path):
     log.close()
     reopened = PartitionLog.open(log.dir, "t", 0, log.config)
     assert [offset for offset, *_ in records(reopened)] == [2, 3, 4]
-    state = getattr(reopened, "producer_state", None)
-    if state is not None:
-        assert {e.producer_id: e.last_data_offset for e in state.active_producers()}.get(5) == 1
+    active = {e.producer_id: e.last_data_offset for e in reopened.producer_state.active_producers()}
+    assert active.get(5) == 1
     reopened.close()
 
 
-@pytest.mark.parametrize("point", ["cleaned", "swap", "deleted"])
-def test_a_crash_during_the_swap_leaves_a_readable_log_without_loss_or_duplicates(tmp_path, point):
+class Crash(Exception):
+    """The process dies at this step of the swap: nothing after it runs."""
+
+
+# The swap step that crashes, and what is on disk then: .cleaned files (nothing renamed yet), the
+# committed .swap files beside the old segments, or the .swap files with the old segments gone.
+@pytest.mark.parametrize("point, step", [
+    ("cleaned", "commit_swap"), ("swap", "delete_replaced"), ("deleted", "finish_swap"),
+])
+def test_a_crash_during_the_swap_leaves_a_readable_log_without_loss_or_duplicates(tmp_path, monkeypatch, point, step):
     log = open_log(tmp_path, segment_bytes=600)
     for i in range(60):
         append(log, [(b"k%d" % (i % 5), b"value-%03d" % i)])
     append(log, [(b"z", b"active")])
     before = records(log)
     cleaner = cleaner_for(tmp_path, log)
-    cleaner.crash_point = point
-    with pytest.raises(SimulatedCrash):
-        clean(cleaner, log, T0 + HOUR)
+
+    def crash(*args: object) -> None:
+        raise Crash(step)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(swap, step, crash)
+        with pytest.raises(Crash):
+            clean(cleaner, log, T0 + HOUR)
+    names = os.listdir(log.dir)
+    pending = [name[:-len(".swap")] for name in names if name.endswith(".log.swap")]
+    if point == "cleaned":
+        assert any(name.endswith(".log.cleaned") for name in names) and not pending
+    else:  # the old segment at the cleaned segment's base is still there until the deletion step
+        assert pending and all((name in names) == (point == "swap") for name in pending)
     assert any(name.endswith((".cleaned", ".swap")) for name in os.listdir(log.dir))
     log.close()
 

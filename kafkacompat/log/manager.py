@@ -13,8 +13,9 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
+from kafkacompat.log.checkpoint import TopicPartition, fsync_directory, read_checkpoint, write_checkpoint
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.partition_log import PartitionLog
@@ -26,10 +27,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
-CHECKPOINT_VERSION = 0
 _NOTHING_TO_RECOVER = sys.maxsize  # recovery point after a clean shutdown: trust every segment
-
-TopicPartition = tuple[str, int]
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
@@ -38,40 +36,6 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     if not dash or not topic or not partition.isdigit():
         return None
     return topic, int(partition)
-
-
-def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Kafka's offset checkpoint: "0", the entry count, then "topic partition offset" lines."""
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
-        raise ValueError(f"{path} is not a version {CHECKPOINT_VERSION} offset checkpoint")
-    count = int(lines[1])
-    entries = [line for line in lines[2:] if line.strip()]
-    if len(entries) != count:
-        raise ValueError(f"{path} announces {count} entries but holds {len(entries)}")
-    offsets: dict[TopicPartition, int] = {}
-    for line in entries:
-        fields = line.split()
-        if len(fields) != 3:
-            raise ValueError(f"{path} has a malformed line: {line!r}")
-        topic, partition, offset = fields
-        offsets[(topic, int(partition))] = int(offset)
-    return offsets
-
-
-def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
-    """Write atomically: a temporary file, fsync, rename over the old one, fsync the directory."""
-    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.write("\n".join(lines) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    _fsync_directory(path.parent)
 
 
 class LogManager:
@@ -150,7 +114,7 @@ class LogManager:
             return
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.rename(directory, doomed)
-        _fsync_directory(self.data_dir)
+        fsync_directory(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
         logger.info("Deleted the log of %s-%d", topic, partition)
 
@@ -185,14 +149,7 @@ class LogManager:
             file.write('{"version":0,"brokerEpoch":-1}')
             file.flush()
             os.fsync(file.fileno())
-        _fsync_directory(self.data_dir)
+        fsync_directory(self.data_dir)
         self._logs.clear()
         self._files.close()
 
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,6 +10,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafkacompat.log.checkpoint import fsync_directory
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP
@@ -24,6 +25,7 @@ from kafkacompat.log.segment import (
     parse_segment_file_name,
 )
 from kafkacompat.log.segment import now_ms as wall_clock_ms
+from kafkacompat.log.swap import complete_interrupted_swaps
 from kafkacompat.wire.chunks import FileRegion, close_chunks
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import BatchHeader, patch_base_offset, patch_leader_epoch, set_log_append_time
@@ -118,8 +120,6 @@ class PartitionLog:
         return f"{self.topic}-{self.partition}"
 
     def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
-        from kafkacompat.log.cleaner import complete_interrupted_swaps
-
         complete_interrupted_swaps(self.dir, self.name)
         self._remove_leftovers()
         for base in self._segment_bases_on_disk():
@@ -618,7 +618,7 @@ class PartitionLog:
         first = max(0, bisect_right(bases, self._recovery_point) - 1)
         for segment in segments[first:]:
             segment.fsync()
-        _fsync_directory(self.dir)
+        fsync_directory(self.dir)
         self._recovery_point = max(self._recovery_point, min(end_offset, self._log_end_offset))
         self._last_flush_ms = wall_clock_ms()
 
@@ -656,13 +656,3 @@ class PartitionLog:
         return (f"PartitionLog({self.name}, offsets {self._log_start_offset}..{self._log_end_offset}, "
                 f"{len(self._segments)} segments)")
 
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,9 +10,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint
-from kafkacompat.log import swap
-from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, log_to_clean
+from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint, swap
+from kafkacompat.config import BrokerConfig
+from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner, log_to_clean
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import DELETE_HORIZON_FLAG, crc_ok, iter_batches, require_record_keys, validate_batches
 
@@ -232,6 +232,20 @@ def test_dirty_ratio_and_the_checkpoint_file(tmp_path):
     assert cleaner.grab_filthiest(T0 + HOUR) is not None
     cleaner.clean_until_done(T0 + HOUR)
     assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT)[("t", 0)] == log.segments()[-1].base_offset
+
+
+@pytest.mark.parametrize("load_factor, cleaned_up_to", [("0.9", 16), ("0.5", 10)])
+def test_the_dedupe_buffer_holds_size_over_24_times_the_load_factor_keys(tmp_path, load_factor, cleaned_up_to):
+    broker = BrokerConfig.load(None, {"log.cleaner.dedupe.buffer.size": str(24 * 20),
+                                      "log.cleaner.io.buffer.load.factor": load_factor})
+    log = open_log(tmp_path)
+    for i in range(16):
+        append(log, [(b"k%02d" % i, b"v")])
+    log.roll()
+    append(log, [(b"z", b"active")])
+    cleaner = LogCleaner(tmp_path, lambda: [log], CleanerConfig.from_broker_config(broker))
+    clean(cleaner, log, T0 + HOUR)  # a full map ends the round early: the rest is cleaned next round
+    assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("t", 0): cleaned_up_to}
 
 
 def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):

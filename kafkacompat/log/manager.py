@@ -1,8 +1,15 @@
-"""All partition logs of one data directory: loading, creating, deleting, checkpoints, clean shutdown.
+"""All partition logs of one data directory: loading, creating, deleting, flushing, checkpoints,
+clean shutdown.
 
 The directory is laid out as Kafka's log.dirs entry: ``<topic>-<partition>/`` per partition, the
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` files, and the
 ``.kafka_cleanshutdown`` marker written by a clean shutdown.
+
+Flushing (Kafka's flush.messages, flush.ms and log.flush.scheduler.interval.ms): by default nothing
+is fsynced before a clean shutdown, as in Kafka (durability comes from replication). ``run_flusher``
+fsyncs, in a worker thread, a log whose append reached flush.messages unflushed messages at once,
+and every log.flush.scheduler.interval.ms the logs whose last flush is flush.ms old; each flush
+moves the log's recovery point, which the next checkpoint records.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from kafkacompat.log.segment import now_ms as wall_clock_ms
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -38,6 +46,13 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return topic, int(partition)
 
 
+class _NoFlusher:
+    """Stands in for the flusher's event until ``run_flusher`` runs: queued logs wait for it."""
+
+    def set(self) -> None:
+        pass
+
+
 class LogManager:
     """Owns the PartitionLogs of one data directory and the FileCache they share."""
 
@@ -49,6 +64,8 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self.had_clean_shutdown: bool | None = None  # known after load_all()
         self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
+        self._flush_queue: dict[TopicPartition, PartitionLog] = {}  # flush.messages reached
+        self._flush_queued = _NoFlusher()  # set when a log is queued; the flusher's trio.Event
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Open every partition directory; recover after an unclean shutdown; then drop the marker."""
@@ -67,13 +84,13 @@ class LogManager:
             if key is None or key in self._logs:
                 continue
             topic, partition = key
-            self._logs[key] = PartitionLog.open(
+            self._logs[key] = self._managed(PartitionLog.open(
                 entry, topic, partition, config_for(topic),
                 recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
                 file_cache=self._files,
                 log_start_offset=log_start_offsets.get(key),
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
+            ))
         marker.unlink(missing_ok=True)
         self.had_clean_shutdown = clean
         if not self._logs and not clean:
@@ -101,7 +118,11 @@ class LogManager:
             return existing
         log = PartitionLog.open(self.data_dir / f"{topic}-{partition}", topic, partition, config,
                                 file_cache=self._files, producer_id_expiration_ms=self.producer_id_expiration_ms)
-        self._logs[(topic, partition)] = log
+        self._logs[(topic, partition)] = self._managed(log)
+        return log
+
+    def _managed(self, log: PartitionLog) -> PartitionLog:
+        log.on_flush_due = self._queue_flush
         return log
 
     def delete_partition(self, topic: str, partition: int) -> None:
@@ -124,6 +145,51 @@ class LogManager:
     def apply_retention(self, now_ms: int) -> int:
         """Run retention on every log; returns the number of segments deleted."""
         return sum(log.apply_retention(now_ms) for log in self._logs.values())
+
+    # -- flushing --------------------------------------------------------------------------------
+
+    def _queue_flush(self, log: PartitionLog) -> None:
+        """flush.messages reached (called on the event loop by the append): the flusher takes it."""
+        self._flush_queue[(log.topic, log.partition)] = log
+        self._flush_queued.set()
+
+    def flush_due(self, now_ms: int) -> list[PartitionLog]:
+        """The logs whose flush.ms has passed since their last flush (Kafka's flushDirtyLogs)."""
+        return [log for log in self._logs.values() if log.flush_due_by_time(now_ms)]
+
+    async def run_flusher(self, scheduler_interval_ms: int) -> None:
+        """The broker's flush task: queued logs at once, ``flush_due`` logs every
+        ``scheduler_interval_ms`` (log.flush.scheduler.interval.ms; Long.MAX_VALUE: never)."""
+        import trio
+
+        interval = scheduler_interval_ms / 1000
+        next_check = trio.current_time() + interval
+        while True:
+            if not self._flush_queue:
+                self._flush_queued = trio.Event()
+                with trio.move_on_at(next_check):
+                    await self._flush_queued.wait()
+            due = dict(self._flush_queue)
+            self._flush_queue.clear()
+            if trio.current_time() >= next_check:
+                due.update(((log.topic, log.partition), log) for log in self.flush_due(wall_clock_ms()))
+                next_check = trio.current_time() + interval
+            for key, log in due.items():
+                if self._logs.get(key) is log:
+                    await self._flush_in_worker_thread(log)
+
+    @staticmethod
+    async def _flush_in_worker_thread(log: PartitionLog) -> None:
+        import trio
+
+        try:
+            flushed_to = await trio.to_thread.run_sync(log.fsync_unflushed)
+        except OSError as error:
+            logger.error("Could not fsync the log of %s (will retry at its next flush): %s", log.name, error)
+            return
+        log.mark_flushed(flushed_to)
+
+    # -- checkpoints -------------------------------------------------------------------------------
 
     def checkpoint(self) -> None:
         write_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT,

@@ -8,6 +8,11 @@ names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs) and valida
 - ``TOPIC_CONFIGS``: topic-level keys, each with its broker synonyms in Kafka's precedence order
   (``retention.ms`` <- ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``).
 
+Everything else is derived from them: BrokerConfig's attributes (one per broker key), LogConfig's
+defaults and parsing (log/config.py), CleanerConfig's defaults (log/cleaner.py). A key marked
+``applied=False`` is accepted and reported for compatibility but has no effect in kafkacompat; the
+broker names those set to a non-default value in one warning at start-up.
+
 ``BrokerConfig.load`` reads a Kafka ``server.properties`` (Java properties syntax), applies
 ``--set key=value`` overrides, then the explicit CLI flags. Kafka's own precedence applies to the
 result: file < --set < flags. Unknown keys are logged as warnings and ignored; malformed values

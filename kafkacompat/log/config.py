@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from kafkacompat.config import TOPIC_CONFIGS, format_value, topic_default
 
-INT64_MAX = 2**63 - 1
+INT64_MAX = 2**63 - 1  # Long.MAX_VALUE: the timestamp limits' "no limit" default
 # compression.type -> the codec id batches are stored with; "producer" keeps the producer's (-1).
 COMPRESSION_CODECS = {"producer": -1, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator
 
+import trio
+
 from kafkacompat.config import BrokerConfig, broker_default
 from kafkacompat.log.checkpoint import read_checkpoint, write_checkpoint
 from kafkacompat.log.filecache import FileCache
@@ -544,8 +546,6 @@ class LogCleaner:
 
     async def clean(self, candidate: LogToClean, now_ms: int) -> CleanStats:
         """Clean one log, the heavy parts in a worker thread."""
-        import trio
-
         steps = self._clean_steps(candidate, now_ms)
         try:
             work = next(steps)
@@ -655,8 +655,6 @@ class LogCleaner:
 
     async def run(self) -> None:
         """log.cleaner.enable: clean while there is work, else sleep log.cleaner.backoff.ms."""
-        import trio
-
         if not self.config.enable:
             logger.info("The log cleaner is disabled (log.cleaner.enable=false); compacted topics will grow")
             return

@@ -22,6 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Callable
 
+import trio
+
 from kafkacompat.log.checkpoint import TopicPartition, fsync_directory, read_checkpoint, write_checkpoint
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
@@ -46,13 +48,6 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return topic, int(partition)
 
 
-class _NoFlusher:
-    """Stands in for the flusher's event until ``run_flusher`` runs: queued logs wait for it."""
-
-    def set(self) -> None:
-        pass
-
-
 class LogManager:
     """Owns the PartitionLogs of one data directory and the FileCache they share."""
 
@@ -65,7 +60,7 @@ class LogManager:
         self.had_clean_shutdown: bool | None = None  # known after load_all()
         self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
         self._flush_queue: dict[TopicPartition, PartitionLog] = {}  # flush.messages reached
-        self._flush_queued = _NoFlusher()  # set when a log is queued; the flusher's trio.Event
+        self._flush_queued: trio.Event | None = None  # run_flusher's: set when a log is queued
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Open every partition directory; recover after an unclean shutdown; then drop the marker."""
@@ -151,7 +146,8 @@ class LogManager:
     def _queue_flush(self, log: PartitionLog) -> None:
         """flush.messages reached (called on the event loop by the append): the flusher takes it."""
         self._flush_queue[(log.topic, log.partition)] = log
-        self._flush_queued.set()
+        if self._flush_queued is not None:
+            self._flush_queued.set()
 
     def flush_due(self, now_ms: int) -> list[PartitionLog]:
         """The logs whose flush.ms has passed since their last flush (Kafka's flushDirtyLogs)."""
@@ -160,8 +156,6 @@ class LogManager:
     async def run_flusher(self, scheduler_interval_ms: int) -> None:
         """The broker's flush task: queued logs at once, ``flush_due`` logs every
         ``scheduler_interval_ms`` (log.flush.scheduler.interval.ms; Long.MAX_VALUE: never)."""
-        import trio
-
         interval = scheduler_interval_ms / 1000
         next_check = trio.current_time() + interval
         while True:
@@ -180,8 +174,6 @@ class LogManager:
 
     @staticmethod
     async def _flush_in_worker_thread(log: PartitionLog) -> None:
-        import trio
-
         try:
             flushed_to = await trio.to_thread.run_sync(log.fsync_unflushed)
         except OSError as error:

@@ -709,12 +709,6 @@ def broker_default(name: str) -> Any:
     return key.parse(KAFKACOMPAT_DEFAULTS.get(name, key.default))
 
 
-def topic_default(name: str) -> Any:
-    """A topic key's parsed default when no broker key supplies one."""
-    key = TOPIC_CONFIGS[name]
-    return key.parse(key.default)
-
-
 def default_broker_sources() -> dict[str, str]:
     return {name: DEFAULT_CONFIG for name in BROKER_CONFIGS}
 

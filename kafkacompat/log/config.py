@@ -10,7 +10,7 @@ import functools
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from kafkacompat.config import TOPIC_CONFIGS, format_value, topic_default
+from kafkacompat.config import TOPIC_CONFIGS, format_value
 
 INT64_MAX = 2**63 - 1  # Long.MAX_VALUE: the timestamp limits' "no limit" default
 # compression.type -> the codec id batches are stored with; "producer" keeps the producer's (-1).

@@ -339,7 +339,8 @@ class PartitionLog:
         if len(records) > self._config.segment_bytes:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{len(records)} bytes of batches for {self.name} exceed its segment.bytes {self._config.segment_bytes}",
+                f"{len(records)} bytes of batches for {self.name} exceed its segment.bytes "
+                f"{self._config.segment_bytes}",
             )
         log_append_time = -1
         if assign_offsets:

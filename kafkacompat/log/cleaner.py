@@ -11,8 +11,9 @@ Kafka's LogCleaner, Cleaner and LogCleanerManager, rule for rule:
   and its oldest dirty segment's first batch is older than max.compaction.lag.ms; the dirtiest
   first.
 - Offset map: key -> last offset over the dirty section, at most
-  log.cleaner.dedupe.buffer.size / 24 * 0.9 keys (Kafka's 16-byte hash + 8-byte offset slots);
-  a full map ends this round early, the rest is cleaned next round.
+  log.cleaner.dedupe.buffer.size / log.cleaner.threads / 24 * log.cleaner.io.buffer.load.factor keys
+  (Kafka's 16-byte hash + 8-byte offset slots); a full map ends this round early, the rest is
+  cleaned next round.
 - Cleaning rewrites every segment from the start of the log up to the map's end, grouped by size
   (groupSegmentsBySize: at most segment.bytes of log and segment.index.bytes of each index per
   group), each group into one new segment. A record stays if its offset is past the map's end or

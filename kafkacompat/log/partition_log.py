@@ -96,7 +96,7 @@ class PartitionLog:
         self._log_end_offset = 0
         self._last_flush_ms = wall_clock_ms()
         self.recovered_segments = 0  # how many segments open() had to validate batch by batch
-        self.flushes = 0  # how many times the recovery point moved by a flush
+        self.flushes = 0  # flushes completed (flush.messages, flush.ms, shutdown)
         # Idempotent producers: updated by every append, snapshotted at roll and close.
         self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}",
                                                    expiration_ms=producer_id_expiration_ms)

@@ -160,6 +160,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     its cluster: no request sees a broker that is half there."""
     from kafkacompat.server import serve_listener
 
+    broker.config.warn_about_settings_without_effect()
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
@@ -170,6 +171,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             if broker.clustered:
                 await nursery.start(broker.join)
             await nursery.start(broker.replicas.run)
+            nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()

@@ -182,13 +182,15 @@ async def test_unclean_leader_election_is_honoured(tmp_path):
         await b0.admin.create_topic("clean", 1, 2, {}, assignment={0: [1, 2]})
         await b0.admin.create_topic("unclean", 1, 2, {"unclean.leader.election.enable": "true"},
                                     assignment={0: [1, 2]})
-        leader = cluster.brokers[1]
-        # The follower falls out of the ISR (as the leader would report it).
+        # The follower dies and leaves the ISR; then the leader dies, and the follower returns
+        # out of sync (with no leader alive, nothing can re-admit it to the ISR).
         for topic in ("clean", "unclean"):
-            await wait_for(lambda: leader.cluster.cache.partition_state(topic, 0) is not None)
-            state = leader.cluster.cache.partition_state(topic, 0)
-            await leader.cluster.alter_partition(topic, 0, state.leader_epoch, state.partition_epoch, [1])
+            await wait_for(lambda: b0.cluster.cache.partition_state(topic, 0) is not None)
+        await cluster.stop_broker(2, controlled=False)
+        for topic in ("clean", "unclean"):
+            await wait_for(lambda: b0.cluster.cache.partition_state(topic, 0).isr == (1,))
         await cluster.stop_broker(1, controlled=False)
+        await cluster.start_broker(2)
         await wait_for(lambda: b0.cluster.cache.partition_state("unclean", 0).leader == 2)
         await wait_for(lambda: b0.cluster.cache.partition_state("clean", 0).leader == -1)
         assert b0.cluster.cache.partition_state("unclean", 0).isr == (2,)

@@ -272,3 +272,9 @@ def test_mutated_batches_convert_or_raise_kafka_errors(source, edits, cut, magic
         down_convert(bytes(data[:cut % (len(data) + 1)]), magic, 0, 1 << 20)
     except KafkaError:
         pass
+
+
+def test_an_entry_too_short_to_hold_its_magic_byte_is_a_torn_tail():
+    """Offset, a size of 1, then 5 more bytes: not a whole message (found by the mutation test)."""
+    data = struct.pack(">qi", 0, 1) + b"\x00\x00\x00\x00\x02"
+    assert down_convert(data, 0, 0, 1 << 20) == b""

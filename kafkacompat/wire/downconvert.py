@@ -85,8 +85,8 @@ def down_convert(data: bytes | bytearray | memoryview, to_magic: int, first_offs
     pos, end = 0, len(view)
     while end - pos >= LOG_OVERHEAD + 5:
         size = _ENTRY_PREFIX.unpack_from(view, pos)[1] + LOG_OVERHEAD
-        if size <= LOG_OVERHEAD or pos + size > end or view[pos + MAGIC_OFFSET] > 2:
-            break  # a torn tail or garbage: whole batches only
+        if size <= MAGIC_OFFSET or pos + size > end or view[pos + MAGIC_OFFSET] > 2:
+            break  # too short to hold its magic byte, a torn tail or garbage: whole batches only
         try:
             entries = _convert_entry(view[pos:pos + size], to_magic, first_offset)
         except _CannotConvert as problem:

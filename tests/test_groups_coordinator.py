@@ -386,7 +386,7 @@ class ReplicatedOffsets:
 
     def leadership_moves_away(self) -> PartitionState:
         """The controller makes the follower leader: this replica follows (the first half of
-        Broker.apply_partition_state; the coordinator's on_partition_state is the second)."""
+        ReplicaManager.apply_partition_state; its leadership listener, the coordinator, is the second)."""
         state = self.state(leader=self.follower, epoch=self.partition.leader_epoch + 1)
         self.partition.become_follower(state)
         return state

@@ -9,7 +9,6 @@ enforced: no client is throttled.
 from __future__ import annotations
 
 from kafkacompat.controller.client_quotas import (
-    ClientQuotaStore,
     QuotaAlteration,
     QuotaEntity,
     parse_filter,

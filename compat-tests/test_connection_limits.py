@@ -37,7 +37,7 @@ def test_an_idle_connection_is_closed_and_a_busy_one_is_not(broker_factory):
 
 
 def test_a_connection_parked_in_a_long_request_is_not_idle(broker_factory, topic_name):
-    from kafkacompat.wire.codec import request_class, response_class
+    from clients import request_class, response_class
 
     join = request_class(JOIN_GROUP)
     # The first join of a group waits group.initial.rebalance.delay.ms (here 3 s, beyond the idle limit).

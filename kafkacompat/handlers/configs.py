@@ -278,9 +278,7 @@ async def handle_describe_configs(request, ctx: RequestContext):
                               resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
                    for r in request.resources]
         return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
-    include_synonyms = bool(getattr(request, "include_synonyms", False))
-    include_docs = bool(getattr(request, "include_documentation", False))
-    results = [_describe_resource(ctx, resource, result_cls, include_synonyms, include_docs)
+    results = [_describe_resource(ctx, resource, result_cls, request.include_synonyms, request.include_documentation)
                for resource in request.resources]
     return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
 

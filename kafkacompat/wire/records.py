@@ -503,3 +503,34 @@ def require_record_keys(records: memoryview, headers: list[BatchHeader], partiti
         if keyless:
             raise KafkaError(ErrorCode.INVALID_RECORD,
                              f"Compacted topic cannot accept message without key in topic partition {partition}.")
+
+
+# ---- building a new batch -------------------------------------------------------------------
+
+
+def _length_prefixed(data: bytes | None) -> bytes:
+    return write_varint(-1) if data is None else write_varint(len(data)) + data
+
+
+def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0) -> bytearray:
+    """One RecordBatch v2 of (timestamp, key, value) records without headers at offsets
+    0..n-1 (the log assigns the real ones and the leader epoch), no producer id, the records
+    compressed with ``codec``, CRC computed. ``entries`` must not be empty."""
+    base_timestamp = entries[0][0]
+    body = b"".join(
+        encode_record(Record(offset, timestamp, 0, key, value is not None,
+                             _length_prefixed(key) + _length_prefixed(value) + b"\x00"), 0, base_timestamp)
+        for offset, (timestamp, key, value) in enumerate(entries)
+    )
+    if codec:
+        body = compress(codec, body)
+    template = BatchHeader(0, 0, 0, 0, CURRENT_MAGIC, 0, 0, len(entries) - 1, base_timestamp, base_timestamp,
+                           -1, -1, -1, len(entries))
+    return _sealed_batch(template, codec, base_timestamp, max(e[0] for e in entries), len(entries), body)
+
+
+def record_value(record: Record) -> bytes | None:
+    """A record's value, read from its tail (key, value, headers)."""
+    key_length, position = read_varint(record.tail, 0)
+    value_length, position = read_varint(record.tail, position + max(key_length, 0))
+    return None if value_length < 0 else bytes(record.tail[position:position + value_length])

@@ -54,6 +54,7 @@ AMENDMENTS: dict[str, dict] = {
         {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
 }
 
+SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct
 # type -> (struct format code, width, python annotation)
 FIXED = {
     "bool": ("?", 1, "bool"),
@@ -272,6 +273,7 @@ def annotation(f: Field) -> str:
 class Module:
     def __init__(self) -> None:
         self.packers: dict[str, str] = {}
+        self.array_codes: set[str] = set()  # fixed-width element types written as arrays
         self.lines: list[str] = []
 
     def packer(self, fmt: str) -> str:
@@ -385,10 +387,14 @@ class StructCodegen:
                 indent = "    "
             else:
                 indent = ""
-            body = [f"write_length({buf}, len({items}), {compact})"]
+            count = var("n")
+            body = [f"{count} = len({items})"]
+            body.extend(self._length_lines(count, buf, compact))
             if f.type in FIXED:
                 code = FIXED[f.type][0]
-                body.append(f"{buf} += struct.pack(f'>{{len({items})}}{code}', *{items})")
+                self.module.array_codes.add(code)
+                body.append(f"{buf} += (_A{code}[{count}] if {count} < {SMALL_ARRAY} "
+                            f"else struct.Struct(f'>{{{count}}}{code}')).pack(*{items})")
             elif f.type == "string":
                 body.append(f"for x in {items}:")
                 body.append(f"    write_string({buf}, x, {compact})")
@@ -451,6 +457,17 @@ class StructCodegen:
         lines.append(f"{indent}{buf} += {value}")
         return lines
 
+    def _length_lines(self, count: str, buf: str, compact: bool) -> list[str]:
+        """An array's non-null length, inline."""
+        if not compact:
+            return [f"{buf} += {self.module.packer('>i')}.pack({count})"]
+        return [
+            f"if {count} < 127:",
+            f"    {buf}.append({count} + 1)",
+            "else:",
+            f"    write_uvarint({buf}, {count} + 1)",
+        ]
+
     def _string_lines(self, encoded_expr: str, value: str, buf: str, compact: bool) -> list[str]:
         lines = [f"{value} = {encoded_expr}"]
         if compact:
@@ -485,23 +502,26 @@ class StructCodegen:
         for f in tagged:
             lines.append(f"f_{f.attr} = {default_literal(f)}")
         if flexible:
-            lines.append("count, pos = read_uvarint(data, pos)")
-            lines.append("for _ in range(count):")
-            lines.append("    tag, pos = read_uvarint(data, pos)")
+            section = ["count, pos = read_uvarint(data, pos)", "for _ in range(count):",
+                       "    tag, pos = read_uvarint(data, pos)"]
             if tagged:
                 keyword_ = "if"
                 for f in sorted(tagged, key=lambda f: f.tag):
-                    lines.append(f"    {keyword_} tag == {f.tag}:")
-                    lines.append("        size, p = read_uvarint(data, pos)")
-                    lines.append("        pos = p + size")
-                    lines.append("        if pos > len(data):")
-                    lines.append(f"            raise truncated({f.name!r})")
-                    lines.extend("        " + line for line in self._decode_value(f, f"f_{f.attr}", "p", version, True, var))
+                    section.append(f"    {keyword_} tag == {f.tag}:")
+                    section.append("        size, p = read_uvarint(data, pos)")
+                    section.append("        pos = p + size")
+                    section.append("        if pos > len(data):")
+                    section.append(f"            raise truncated({f.name!r})")
+                    section.extend("        " + line for line in self._decode_value(f, f"f_{f.attr}", "p", version, True, var))
                     keyword_ = "elif"
-                lines.append("    else:")
-                lines.append("        pos = skip_tagged_field(data, pos)")
+                section.append("    else:")
+                section.append("        pos = skip_tagged_field(data, pos)")
             else:
-                lines.append("    pos = skip_tagged_field(data, pos)")
+                section.append("    pos = skip_tagged_field(data, pos)")
+            lines.append("if data[pos] == 0:  # no tagged fields, the usual case")
+            lines.append("    pos += 1")
+            lines.append("else:")
+            lines.extend("    " + line for line in section)
         args = ", ".join(f"f_{f.attr}" if f.present(version) else default_literal(f) for f in struct_.fields)
         lines.append(f"return {struct_.name}({args}), pos")
         return lines
@@ -553,12 +573,43 @@ class StructCodegen:
         if f.type == "uuid":
             lines.append(f"{target}, {pos} = read_uuid(data, {pos})")
         elif f.type == "string":
-            lines.append(f"{target}, {pos} = read_string(data, {pos}, {compact}, {nullable}, {name})")
+            lines.extend(self._string_decode(target, pos, compact, nullable, name, var))
         elif f.type == "bytes":
             lines.append(f"{target}, {pos} = read_bytes(data, {pos}, {compact}, {nullable}, {name})")
         else:  # records: a view of the request, not a copy
             lines.append(f"{target}, {pos} = read_bytes(data, {pos}, {compact}, {nullable}, {name}, copy=False)")
         return lines
+
+
+    def _string_decode(self, target: str, pos: str, compact: bool, nullable: bool, name: str, var: Counter) -> list[str]:
+        """Inline for the usual case (a compact length in one byte, or a classic non-negative
+        one); read_string for nulls, long compact lengths and errors."""
+        end = var("end")
+        if compact:
+            head = var("c")
+            return [
+                f"{head} = data[{pos}]",
+                f"if 0 < {head} < 128:",
+                f"    {end} = {pos} + {head}",
+                f"    if {end} > len(data):",
+                f"        raise truncated({name})",
+                f"    {target} = str(data[{pos} + 1:{end}], 'utf-8')",
+                f"    {pos} = {end}",
+                "else:",
+                f"    {target}, {pos} = read_string(data, {pos}, True, {nullable}, {name})",
+            ]
+        size = var("n")
+        return [
+            f"{size} = {self.module.packer('>h')}.unpack_from(data, {pos})[0]",
+            f"if {size} >= 0:",
+            f"    {end} = {pos} + 2 + {size}",
+            f"    if {end} > len(data):",
+            f"        raise truncated({name})",
+            f"    {target} = str(data[{pos} + 2:{end}], 'utf-8')",
+            f"    {pos} = {end}",
+            "else:",
+            f"    {target}, {pos} = read_string(data, {pos}, False, {nullable}, {name})",
+        ]
 
 
 def class_lines(struct_: Struct, message: Message | None) -> list[str]:
@@ -647,6 +698,8 @@ def generate_module(api_name: str, messages: list[Message]) -> str:
         "",
     ]
     header += [f"{name} = struct.Struct({fmt!r})" for fmt, name in module.packers.items()]
+    header += [f"_A{code} = tuple(struct.Struct(f'>{{n}}{code}') for n in range({SMALL_ARRAY}))"
+               for code in sorted(module.array_codes)]
     header += ["", ""]
     return "\n".join(header + classes + nesting + ["", ""] + module.lines + tables) + "\n"
 

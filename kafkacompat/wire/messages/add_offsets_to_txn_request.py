@@ -49,10 +49,26 @@ def _e_AddOffsetsToTxnRequest_0(m, buf):
 
 
 def _d_AddOffsetsToTxnRequest_0(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
     f_producer_id, f_producer_epoch, = _S1.unpack_from(data, pos)
     pos += 10
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id), pos
 
 
@@ -76,14 +92,33 @@ def _e_AddOffsetsToTxnRequest_1(m, buf):
 
 
 def _d_AddOffsetsToTxnRequest_1(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
     f_producer_id, f_producer_epoch, = _S1.unpack_from(data, pos)
     pos += 10
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id), pos
 
 

@@ -53,10 +53,13 @@ def _e_AddOffsetsToTxnResponse_1(m, buf):
 def _d_AddOffsetsToTxnResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddOffsetsToTxnResponse(f_throttle_time_ms, f_error_code), pos
 
 

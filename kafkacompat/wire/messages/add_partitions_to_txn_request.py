@@ -16,8 +16,10 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
-_S1 = struct.Struct('>qh?')
-_S2 = struct.Struct('>qh')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>qh?')
+_S3 = struct.Struct('>qh')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -63,17 +65,26 @@ def _e_AddPartitionsToTxnTopic_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_AddPartitionsToTxnTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
@@ -86,22 +97,37 @@ def _e_AddPartitionsToTxnTopic_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_AddPartitionsToTxnTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
@@ -137,10 +163,13 @@ def _e_AddPartitionsToTxnTransaction_1(m, buf):
 
 
 def _d_AddPartitionsToTxnTransaction_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnTransaction('', 0, 0, False, []), pos
 
 
@@ -152,30 +181,45 @@ def _e_AddPartitionsToTxnTransaction_2(m, buf):
     else:
         write_uvarint(buf, b1n)
     buf += b1
-    buf += _S1.pack(m.producer_id, m.producer_epoch, m.verify_only)
+    buf += _S2.pack(m.producer_id, m.producer_epoch, m.verify_only)
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AddPartitionsToTxnTopic_1(x, buf)
     buf.append(0)
 
 
 def _d_AddPartitionsToTxnTransaction_2(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
-    f_producer_id, f_producer_epoch, f_verify_only, = _S1.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    f_producer_id, f_producer_epoch, f_verify_only, = _S2.unpack_from(data, pos)
     pos += 11
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnTopic_1(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnTopic_1(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics), pos
 
 
@@ -185,25 +229,34 @@ def _e_AddPartitionsToTxnRequest_0(m, buf):
     b1 = m.v3_and_below_transactional_id.encode()
     buf += _S0.pack(len(b1))
     buf += b1
-    buf += _S2.pack(m.v3_and_below_producer_id, m.v3_and_below_producer_epoch)
+    buf += _S3.pack(m.v3_and_below_producer_id, m.v3_and_below_producer_epoch)
     a3 = m.v3_and_below_topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_AddPartitionsToTxnTopic_0(x, buf)
 
 
 def _d_AddPartitionsToTxnRequest_0(data, pos):
-    f_v3_and_below_transactional_id, pos = read_string(data, pos, False, False, 'V3AndBelowTransactionalId')
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S2.unpack_from(data, pos)
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('V3AndBelowTransactionalId')
+        f_v3_and_below_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_v3_and_below_transactional_id, pos = read_string(data, pos, False, False, 'V3AndBelowTransactionalId')
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S3.unpack_from(data, pos)
     pos += 10
-    n1, pos = read_array_length(data, pos, False, False, 'V3AndBelowTopics')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'V3AndBelowTopics')
+    if n3 < 0:
         f_v3_and_below_topics = None
     else:
         f_v3_and_below_topics = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnTopic_0(data, pos)
-            f_v3_and_below_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnTopic_0(data, pos)
+            f_v3_and_below_topics.append(x4)
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), pos
 
 
@@ -217,30 +270,45 @@ def _e_AddPartitionsToTxnRequest_1(m, buf):
     else:
         write_uvarint(buf, b1n)
     buf += b1
-    buf += _S2.pack(m.v3_and_below_producer_id, m.v3_and_below_producer_epoch)
+    buf += _S3.pack(m.v3_and_below_producer_id, m.v3_and_below_producer_epoch)
     a3 = m.v3_and_below_topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AddPartitionsToTxnTopic_1(x, buf)
     buf.append(0)
 
 
 def _d_AddPartitionsToTxnRequest_1(data, pos):
-    f_v3_and_below_transactional_id, pos = read_string(data, pos, True, False, 'V3AndBelowTransactionalId')
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S2.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('V3AndBelowTransactionalId')
+        f_v3_and_below_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_v3_and_below_transactional_id, pos = read_string(data, pos, True, False, 'V3AndBelowTransactionalId')
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S3.unpack_from(data, pos)
     pos += 10
-    n1, pos = read_array_length(data, pos, True, False, 'V3AndBelowTopics')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'V3AndBelowTopics')
+    if n3 < 0:
         f_v3_and_below_topics = None
     else:
         f_v3_and_below_topics = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnTopic_1(data, pos)
-            f_v3_and_below_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnTopic_1(data, pos)
+            f_v3_and_below_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnRequest([], f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), pos
 
 
@@ -254,7 +322,11 @@ def _e_AddPartitionsToTxnRequest_2(m, buf):
     if m.v3_and_below_topics:
         raise unsupported('AddPartitionsToTxnRequest', 'V3AndBelowTopics', '0-3')
     a1 = m.transactions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AddPartitionsToTxnTransaction_2(x, buf)
     buf.append(0)
@@ -269,10 +341,13 @@ def _d_AddPartitionsToTxnRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_AddPartitionsToTxnTransaction_2(data, pos)
             f_transactions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnRequest(f_transactions, '', 0, 0, []), pos
 
 

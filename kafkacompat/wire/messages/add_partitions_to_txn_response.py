@@ -79,10 +79,13 @@ def _e_AddPartitionsToTxnPartitionResult_1(m, buf):
 def _d_AddPartitionsToTxnPartitionResult_1(data, pos):
     f_partition_index, f_partition_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code), pos
 
 
@@ -91,21 +94,30 @@ def _e_AddPartitionsToTxnTopicResult_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.results_by_partition
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_AddPartitionsToTxnPartitionResult_0(x, buf)
 
 
 def _d_AddPartitionsToTxnTopicResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'ResultsByPartition')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'ResultsByPartition')
+    if n3 < 0:
         f_results_by_partition = None
     else:
         f_results_by_partition = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnPartitionResult_0(data, pos)
-            f_results_by_partition.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnPartitionResult_0(data, pos)
+            f_results_by_partition.append(x4)
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
@@ -118,26 +130,41 @@ def _e_AddPartitionsToTxnTopicResult_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.results_by_partition
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AddPartitionsToTxnPartitionResult_1(x, buf)
     buf.append(0)
 
 
 def _d_AddPartitionsToTxnTopicResult_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'ResultsByPartition')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'ResultsByPartition')
+    if n3 < 0:
         f_results_by_partition = None
     else:
         f_results_by_partition = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnPartitionResult_1(data, pos)
-            f_results_by_partition.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnPartitionResult_1(data, pos)
+            f_results_by_partition.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
@@ -161,10 +188,13 @@ def _e_AddPartitionsToTxnResult_1(m, buf):
 
 
 def _d_AddPartitionsToTxnResult_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnResult('', []), pos
 
 
@@ -177,26 +207,41 @@ def _e_AddPartitionsToTxnResult_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.topic_results
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AddPartitionsToTxnTopicResult_1(x, buf)
     buf.append(0)
 
 
 def _d_AddPartitionsToTxnResult_2(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
-    n1, pos = read_array_length(data, pos, True, False, 'TopicResults')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    n3, pos = read_array_length(data, pos, True, False, 'TopicResults')
+    if n3 < 0:
         f_topic_results = None
     else:
         f_topic_results = []
-        for _ in range(n1):
-            x2, pos = _d_AddPartitionsToTxnTopicResult_1(data, pos)
-            f_topic_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AddPartitionsToTxnTopicResult_1(data, pos)
+            f_topic_results.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnResult(f_transactional_id, f_topic_results), pos
 
 
@@ -205,7 +250,8 @@ def _e_AddPartitionsToTxnResponse_0(m, buf):
         raise unsupported('AddPartitionsToTxnResponse', 'ResultsByTransaction', '4+')
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.results_by_topic_v3_and_below
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_AddPartitionsToTxnTopicResult_0(x, buf)
 
@@ -229,7 +275,11 @@ def _e_AddPartitionsToTxnResponse_1(m, buf):
         raise unsupported('AddPartitionsToTxnResponse', 'ResultsByTransaction', '4+')
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.results_by_topic_v3_and_below
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AddPartitionsToTxnTopicResult_1(x, buf)
     buf.append(0)
@@ -246,10 +296,13 @@ def _d_AddPartitionsToTxnResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_AddPartitionsToTxnTopicResult_1(data, pos)
             f_results_by_topic_v3_and_below.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, [], f_results_by_topic_v3_and_below), pos
 
 
@@ -258,7 +311,11 @@ def _e_AddPartitionsToTxnResponse_2(m, buf):
         raise unsupported('AddPartitionsToTxnResponse', 'ResultsByTopicV3AndBelow', '0-3')
     buf += _S0.pack(m.throttle_time_ms, m.error_code)
     a1 = m.results_by_transaction
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AddPartitionsToTxnResult_2(x, buf)
     buf.append(0)
@@ -275,10 +332,13 @@ def _d_AddPartitionsToTxnResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_AddPartitionsToTxnResult_2(data, pos)
             f_results_by_transaction.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddPartitionsToTxnResponse(f_throttle_time_ms, f_error_code, f_results_by_transaction, []), pos
 
 

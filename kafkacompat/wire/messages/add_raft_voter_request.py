@@ -67,14 +67,33 @@ def _e_Listener_0(m, buf):
 
 
 def _d_Listener_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener(f_name, f_host, f_port), pos
 
 
@@ -93,29 +112,44 @@ def _e_AddRaftVoterRequest_0(m, buf):
     buf += _S1.pack(m.timeout_ms, m.voter_id)
     buf += uuid_bytes(m.voter_directory_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
     buf.append(0)
 
 
 def _d_AddRaftVoterRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_timeout_ms, f_voter_id, = _S1.unpack_from(data, pos)
     pos += 8
     f_voter_directory_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners), pos
 
 

@@ -45,10 +45,13 @@ def _e_AllocateProducerIdsResponse_0(m, buf):
 def _d_AllocateProducerIdsResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, f_producer_id_start, f_producer_id_len, = _S0.unpack_from(data, pos)
     pos += 18
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AllocateProducerIdsResponse(f_throttle_time_ms, f_error_code, f_producer_id_start, f_producer_id_len), pos
 
 

@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>d?')
-_S2 = struct.Struct('>?')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -73,8 +74,24 @@ def _e_EntityData_0(m, buf):
 
 
 def _d_EntityData_0(data, pos):
-    f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -101,12 +118,31 @@ def _e_EntityData_1(m, buf):
 
 
 def _d_EntityData_1(data, pos):
-    f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -118,7 +154,15 @@ def _e_OpData_0(m, buf):
 
 
 def _d_OpData_0(data, pos):
-    f_key, pos = read_string(data, pos, False, False, 'Key')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, False, False, 'Key')
     f_value, f_remove, = _S1.unpack_from(data, pos)
     pos += 9
     return OpData(f_key, f_value, f_remove), pos
@@ -137,24 +181,37 @@ def _e_OpData_1(m, buf):
 
 
 def _d_OpData_1(data, pos):
-    f_key, pos = read_string(data, pos, True, False, 'Key')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, True, False, 'Key')
     f_value, f_remove, = _S1.unpack_from(data, pos)
     pos += 9
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OpData(f_key, f_value, f_remove), pos
 
 
 def _e_EntryData_0(m, buf):
     a1 = m.entity
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_EntityData_0(x, buf)
-    a2 = m.ops
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.ops
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_OpData_0(x, buf)
 
 
@@ -180,12 +237,20 @@ def _d_EntryData_0(data, pos):
 
 def _e_EntryData_1(m, buf):
     a1 = m.entity
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_EntityData_1(x, buf)
-    a2 = m.ops
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.ops
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_OpData_1(x, buf)
     buf.append(0)
 
@@ -207,19 +272,23 @@ def _d_EntryData_1(data, pos):
         for _ in range(n3):
             x4, pos = _d_OpData_1(data, pos)
             f_ops.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntryData(f_entity, f_ops), pos
 
 
 def _e_AlterClientQuotasRequest_0(m, buf):
     a1 = m.entries
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_EntryData_0(x, buf)
-    buf += _S2.pack(m.validate_only)
+    buf += _S3.pack(m.validate_only)
 
 
 def _d_AlterClientQuotasRequest_0(data, pos):
@@ -231,17 +300,21 @@ def _d_AlterClientQuotasRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_EntryData_0(data, pos)
             f_entries.append(x2)
-    f_validate_only, = _S2.unpack_from(data, pos)
+    f_validate_only, = _S3.unpack_from(data, pos)
     pos += 1
     return AlterClientQuotasRequest(f_entries, f_validate_only), pos
 
 
 def _e_AlterClientQuotasRequest_1(m, buf):
     a1 = m.entries
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_EntryData_1(x, buf)
-    buf += _S2.pack(m.validate_only)
+    buf += _S3.pack(m.validate_only)
     buf.append(0)
 
 
@@ -254,12 +327,15 @@ def _d_AlterClientQuotasRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_EntryData_1(data, pos)
             f_entries.append(x2)
-    f_validate_only, = _S2.unpack_from(data, pos)
+    f_validate_only, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterClientQuotasRequest(f_entries, f_validate_only), pos
 
 

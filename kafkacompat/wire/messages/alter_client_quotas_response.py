@@ -65,8 +65,24 @@ def _e_EntityData_0(m, buf):
 
 
 def _d_EntityData_0(data, pos):
-    f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -93,12 +109,31 @@ def _e_EntityData_1(m, buf):
 
 
 def _d_EntityData_1(data, pos):
-    f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -112,7 +147,8 @@ def _e_EntryData_0(m, buf):
         buf += _S0.pack(len(b1))
         buf += b1
     a3 = m.entity
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_EntityData_0(x, buf)
 
@@ -120,15 +156,23 @@ def _e_EntryData_0(m, buf):
 def _d_EntryData_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, False, 'Entity')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, False, 'Entity')
+    if n3 < 0:
         f_entity = None
     else:
         f_entity = []
-        for _ in range(n1):
-            x2, pos = _d_EntityData_0(data, pos)
-            f_entity.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_EntityData_0(data, pos)
+            f_entity.append(x4)
     return EntryData(f_error_code, f_error_message, f_entity), pos
 
 
@@ -146,7 +190,11 @@ def _e_EntryData_1(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.entity
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_EntityData_1(x, buf)
     buf.append(0)
@@ -155,26 +203,38 @@ def _e_EntryData_1(m, buf):
 def _d_EntryData_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Entity')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Entity')
+    if n3 < 0:
         f_entity = None
     else:
         f_entity = []
-        for _ in range(n1):
-            x2, pos = _d_EntityData_1(data, pos)
-            f_entity.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_EntityData_1(data, pos)
+            f_entity.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntryData(f_error_code, f_error_message, f_entity), pos
 
 
 def _e_AlterClientQuotasResponse_0(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.entries
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_EntryData_0(x, buf)
 
@@ -196,7 +256,11 @@ def _d_AlterClientQuotasResponse_0(data, pos):
 def _e_AlterClientQuotasResponse_1(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.entries
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_EntryData_1(x, buf)
     buf.append(0)
@@ -213,10 +277,13 @@ def _d_AlterClientQuotasResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_EntryData_1(data, pos)
             f_entries.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterClientQuotasResponse(f_throttle_time_ms, f_entries), pos
 
 

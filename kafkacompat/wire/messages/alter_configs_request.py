@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>b')
-_S2 = struct.Struct('>?')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -66,8 +67,24 @@ def _e_AlterableConfig_0(m, buf):
 
 
 def _d_AlterableConfig_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     return AlterableConfig(f_name, f_value), pos
 
 
@@ -94,12 +111,31 @@ def _e_AlterableConfig_1(m, buf):
 
 
 def _d_AlterableConfig_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_value, pos = read_string(data, pos, True, True, 'Value')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, True, True, 'Value')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterableConfig(f_name, f_value), pos
 
 
@@ -109,7 +145,8 @@ def _e_AlterConfigsResource_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.configs
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_AlterableConfig_0(x, buf)
 
@@ -117,15 +154,23 @@ def _e_AlterConfigsResource_0(m, buf):
 def _d_AlterConfigsResource_0(data, pos):
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, False, 'Configs')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n3, pos = read_array_length(data, pos, False, False, 'Configs')
+    if n3 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_AlterableConfig_0(data, pos)
-            f_configs.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_AlterableConfig_0(data, pos)
+            f_configs.append(x4)
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -139,7 +184,11 @@ def _e_AlterConfigsResource_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.configs
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AlterableConfig_1(x, buf)
     buf.append(0)
@@ -148,28 +197,40 @@ def _e_AlterConfigsResource_1(m, buf):
 def _d_AlterConfigsResource_1(data, pos):
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, True, False, 'Configs')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    n3, pos = read_array_length(data, pos, True, False, 'Configs')
+    if n3 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_AlterableConfig_1(data, pos)
-            f_configs.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AlterableConfig_1(data, pos)
+            f_configs.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_AlterConfigsRequest_0(m, buf):
     a1 = m.resources
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_AlterConfigsResource_0(x, buf)
-    buf += _S2.pack(m.validate_only)
+    buf += _S3.pack(m.validate_only)
 
 
 def _d_AlterConfigsRequest_0(data, pos):
@@ -181,17 +242,21 @@ def _d_AlterConfigsRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_AlterConfigsResource_0(data, pos)
             f_resources.append(x2)
-    f_validate_only, = _S2.unpack_from(data, pos)
+    f_validate_only, = _S3.unpack_from(data, pos)
     pos += 1
     return AlterConfigsRequest(f_resources, f_validate_only), pos
 
 
 def _e_AlterConfigsRequest_1(m, buf):
     a1 = m.resources
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AlterConfigsResource_1(x, buf)
-    buf += _S2.pack(m.validate_only)
+    buf += _S3.pack(m.validate_only)
     buf.append(0)
 
 
@@ -204,12 +269,15 @@ def _d_AlterConfigsRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_AlterConfigsResource_1(data, pos)
             f_resources.append(x2)
-    f_validate_only, = _S2.unpack_from(data, pos)
+    f_validate_only, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterConfigsRequest(f_resources, f_validate_only), pos
 
 

@@ -64,10 +64,26 @@ def _e_AlterConfigsResourceResponse_0(m, buf):
 def _d_AlterConfigsResourceResponse_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
     return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
@@ -98,21 +114,41 @@ def _e_AlterConfigsResourceResponse_1(m, buf):
 def _d_AlterConfigsResourceResponse_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
 def _e_AlterConfigsResponse_0(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_AlterConfigsResourceResponse_0(x, buf)
 
@@ -134,7 +170,11 @@ def _d_AlterConfigsResponse_0(data, pos):
 def _e_AlterConfigsResponse_1(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AlterConfigsResourceResponse_1(x, buf)
     buf.append(0)
@@ -151,10 +191,13 @@ def _d_AlterConfigsResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_AlterConfigsResourceResponse_1(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 

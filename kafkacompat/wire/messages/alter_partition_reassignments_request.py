@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>i')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -55,8 +56,12 @@ def _e_ReassignablePartition_0(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
-        buf += struct.pack(f'>{len(a1)}i', *a1)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
+        buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -68,10 +73,13 @@ def _d_ReassignablePartition_0(data, pos):
         f_replicas = None
     else:
         f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Replicas')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReassignablePartition(f_partition_index, f_replicas), pos
 
 
@@ -84,33 +92,52 @@ def _e_ReassignableTopic_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ReassignablePartition_0(x, buf)
     buf.append(0)
 
 
 def _d_ReassignableTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ReassignablePartition_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_ReassignablePartition_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReassignableTopic(f_name, f_partitions), pos
 
 
 def _e_AlterPartitionReassignmentsRequest_0(m, buf):
     buf += _S0.pack(m.timeout_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReassignableTopic_0(x, buf)
     buf.append(0)
@@ -127,10 +154,13 @@ def _d_AlterPartitionReassignmentsRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_ReassignableTopic_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionReassignmentsRequest(f_timeout_ms, f_topics), pos
 
 

@@ -19,6 +19,7 @@ _S0 = struct.Struct('>iq')
 _S1 = struct.Struct('>ii')
 _S2 = struct.Struct('>i')
 _S3 = struct.Struct('>bi')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -74,10 +75,13 @@ def _e_BrokerState_0(m, buf):
 
 
 def _d_BrokerState_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerState(0, -1), pos
 
 
@@ -89,10 +93,13 @@ def _e_BrokerState_1(m, buf):
 def _d_BrokerState_1(data, pos):
     f_broker_id, f_broker_epoch, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerState(f_broker_id, f_broker_epoch), pos
 
 
@@ -103,8 +110,12 @@ def _e_PartitionData_0(m, buf):
         raise unsupported('PartitionData', 'LeaderRecoveryState', '1+')
     buf += _S1.pack(m.partition_index, m.leader_epoch)
     a1 = m.new_isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.partition_epoch)
     buf.append(0)
 
@@ -119,10 +130,13 @@ def _d_PartitionData_0(data, pos):
         f_new_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'NewIsr')
     f_partition_epoch, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], 0, f_partition_epoch), pos
 
 
@@ -131,8 +145,12 @@ def _e_PartitionData_1(m, buf):
         raise unsupported('PartitionData', 'NewIsrWithEpochs', '3+')
     buf += _S1.pack(m.partition_index, m.leader_epoch)
     a1 = m.new_isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S3.pack(m.leader_recovery_state, m.partition_epoch)
     buf.append(0)
 
@@ -147,10 +165,13 @@ def _d_PartitionData_1(data, pos):
         f_new_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'NewIsr')
     f_leader_recovery_state, f_partition_epoch, = _S3.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_leader_epoch, f_new_isr, [], f_leader_recovery_state, f_partition_epoch), pos
 
 
@@ -159,7 +180,11 @@ def _e_PartitionData_2(m, buf):
         raise unsupported('PartitionData', 'NewIsr', '0-2')
     buf += _S1.pack(m.partition_index, m.leader_epoch)
     a1 = m.new_isr_with_epochs
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_BrokerState_1(x, buf)
     buf += _S3.pack(m.leader_recovery_state, m.partition_epoch)
@@ -179,10 +204,13 @@ def _d_PartitionData_2(data, pos):
             f_new_isr_with_epochs.append(x2)
     f_leader_recovery_state, f_partition_epoch, = _S3.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_leader_epoch, [], f_new_isr_with_epochs, f_leader_recovery_state, f_partition_epoch), pos
 
 
@@ -195,26 +223,41 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, ZERO_UUID, f_partitions), pos
 
 
@@ -227,33 +270,52 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_TopicData_2(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_1(x, buf)
     buf.append(0)
@@ -269,17 +331,24 @@ def _d_TopicData_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_1(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData('', f_topic_id, f_partitions), pos
 
 
 def _e_TopicData_3(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_2(x, buf)
     buf.append(0)
@@ -295,17 +364,24 @@ def _d_TopicData_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_2(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData('', f_topic_id, f_partitions), pos
 
 
 def _e_AlterPartitionRequest_0(m, buf):
     buf += _S0.pack(m.broker_id, m.broker_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -322,17 +398,24 @@ def _d_AlterPartitionRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics), pos
 
 
 def _e_AlterPartitionRequest_1(m, buf):
     buf += _S0.pack(m.broker_id, m.broker_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_1(x, buf)
     buf.append(0)
@@ -349,17 +432,24 @@ def _d_AlterPartitionRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics), pos
 
 
 def _e_AlterPartitionRequest_2(m, buf):
     buf += _S0.pack(m.broker_id, m.broker_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_2(x, buf)
     buf.append(0)
@@ -376,17 +466,24 @@ def _d_AlterPartitionRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics), pos
 
 
 def _e_AlterPartitionRequest_3(m, buf):
     buf += _S0.pack(m.broker_id, m.broker_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_3(x, buf)
     buf.append(0)
@@ -403,10 +500,13 @@ def _d_AlterPartitionRequest_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_3(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionRequest(f_broker_id, f_broker_epoch, f_topics), pos
 
 

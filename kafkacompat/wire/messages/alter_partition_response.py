@@ -19,6 +19,7 @@ _S0 = struct.Struct('>ihii')
 _S1 = struct.Struct('>i')
 _S2 = struct.Struct('>bi')
 _S3 = struct.Struct('>ih')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -62,8 +63,12 @@ AlterPartitionResponse.TopicData = TopicData  # type: ignore[attr-defined]
 def _e_PartitionData_0(m, buf):
     buf += _S0.pack(m.partition_index, m.error_code, m.leader_id, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S1.pack(m.partition_epoch)
     buf.append(0)
 
@@ -78,18 +83,25 @@ def _d_PartitionData_0(data, pos):
         f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
     f_partition_epoch, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, 0, f_partition_epoch), pos
 
 
 def _e_PartitionData_1(m, buf):
     buf += _S0.pack(m.partition_index, m.error_code, m.leader_id, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.leader_recovery_state, m.partition_epoch)
     buf.append(0)
 
@@ -104,10 +116,13 @@ def _d_PartitionData_1(data, pos):
         f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
     f_leader_recovery_state, f_partition_epoch, = _S2.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_isr, f_leader_recovery_state, f_partition_epoch), pos
 
 
@@ -120,26 +135,41 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, ZERO_UUID, f_partitions), pos
 
 
@@ -152,33 +182,52 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_TopicData_2(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_1(x, buf)
     buf.append(0)
@@ -194,17 +243,24 @@ def _d_TopicData_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_1(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData('', f_topic_id, f_partitions), pos
 
 
 def _e_AlterPartitionResponse_0(m, buf):
     buf += _S3.pack(m.throttle_time_ms, m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -221,17 +277,24 @@ def _d_AlterPartitionResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics), pos
 
 
 def _e_AlterPartitionResponse_1(m, buf):
     buf += _S3.pack(m.throttle_time_ms, m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_1(x, buf)
     buf.append(0)
@@ -248,17 +311,24 @@ def _d_AlterPartitionResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics), pos
 
 
 def _e_AlterPartitionResponse_2(m, buf):
     buf += _S3.pack(m.throttle_time_ms, m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_2(x, buf)
     buf.append(0)
@@ -275,10 +345,13 @@ def _d_AlterPartitionResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterPartitionResponse(f_throttle_time_ms, f_error_code, f_topics), pos
 
 

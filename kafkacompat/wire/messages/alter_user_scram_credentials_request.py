@@ -66,13 +66,24 @@ def _e_ScramCredentialDeletion_0(m, buf):
 
 
 def _d_ScramCredentialDeletion_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_mechanism, = _S0.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ScramCredentialDeletion(f_name, f_mechanism), pos
 
 
@@ -95,26 +106,45 @@ def _e_ScramCredentialUpsertion_0(m, buf):
 
 
 def _d_ScramCredentialUpsertion_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_mechanism, f_iterations, = _S1.unpack_from(data, pos)
     pos += 5
     f_salt, pos = read_bytes(data, pos, True, False, 'Salt')
     f_salted_password, pos = read_bytes(data, pos, True, False, 'SaltedPassword')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ScramCredentialUpsertion(f_name, f_mechanism, f_iterations, f_salt, f_salted_password), pos
 
 
 def _e_AlterUserScramCredentialsRequest_0(m, buf):
     a1 = m.deletions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ScramCredentialDeletion_0(x, buf)
-    a2 = m.upsertions
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.upsertions
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_ScramCredentialUpsertion_0(x, buf)
     buf.append(0)
 
@@ -136,10 +166,13 @@ def _d_AlterUserScramCredentialsRequest_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_ScramCredentialUpsertion_0(data, pos)
             f_upsertions.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterUserScramCredentialsRequest(f_deletions, f_upsertions), pos
 
 

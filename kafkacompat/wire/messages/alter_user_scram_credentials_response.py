@@ -68,21 +68,44 @@ def _e_AlterUserScramCredentialsResult_0(m, buf):
 
 
 def _d_AlterUserScramCredentialsResult_0(data, pos):
-    f_user, pos = read_string(data, pos, True, False, 'User')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('User')
+        f_user = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_user, pos = read_string(data, pos, True, False, 'User')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterUserScramCredentialsResult(f_user, f_error_code, f_error_message), pos
 
 
 def _e_AlterUserScramCredentialsResponse_0(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AlterUserScramCredentialsResult_0(x, buf)
     buf.append(0)
@@ -99,10 +122,13 @@ def _d_AlterUserScramCredentialsResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_AlterUserScramCredentialsResult_0(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AlterUserScramCredentialsResponse(f_throttle_time_ms, f_results), pos
 
 

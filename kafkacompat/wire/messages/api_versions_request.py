@@ -61,12 +61,31 @@ def _e_ApiVersionsRequest_1(m, buf):
 
 
 def _d_ApiVersionsRequest_1(data, pos):
-    f_client_software_name, pos = read_string(data, pos, True, False, 'ClientSoftwareName')
-    f_client_software_version, pos = read_string(data, pos, True, False, 'ClientSoftwareVersion')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClientSoftwareName')
+        f_client_software_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_client_software_name, pos = read_string(data, pos, True, False, 'ClientSoftwareName')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClientSoftwareVersion')
+        f_client_software_version = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_client_software_version, pos = read_string(data, pos, True, False, 'ClientSoftwareVersion')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ApiVersionsRequest(f_client_software_name, f_client_software_version), pos
 
 

@@ -87,10 +87,13 @@ def _e_ApiVersion_1(m, buf):
 def _d_ApiVersion_1(data, pos):
     f_api_key, f_min_version, f_max_version, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ApiVersion(f_api_key, f_min_version, f_max_version), pos
 
 
@@ -120,13 +123,24 @@ def _e_SupportedFeatureKey_1(m, buf):
 
 
 def _d_SupportedFeatureKey_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_min_version, f_max_version, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SupportedFeatureKey(f_name, f_min_version, f_max_version), pos
 
 
@@ -156,20 +170,32 @@ def _e_FinalizedFeatureKey_1(m, buf):
 
 
 def _d_FinalizedFeatureKey_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_max_version_level, f_min_version_level, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level), pos
 
 
 def _e_ApiVersionsResponse_0(m, buf):
     buf += _S2.pack(m.error_code)
     a1 = m.api_keys
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_ApiVersion_0(x, buf)
 
@@ -191,7 +217,8 @@ def _d_ApiVersionsResponse_0(data, pos):
 def _e_ApiVersionsResponse_1(m, buf):
     buf += _S2.pack(m.error_code)
     a1 = m.api_keys
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_ApiVersion_0(x, buf)
     buf += _S3.pack(m.throttle_time_ms)
@@ -216,36 +243,48 @@ def _d_ApiVersionsResponse_1(data, pos):
 def _e_ApiVersionsResponse_2(m, buf):
     buf += _S2.pack(m.error_code)
     a1 = m.api_keys
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ApiVersion_1(x, buf)
     buf += _S3.pack(m.throttle_time_ms)
     tags = []
-    v2 = m.supported_features
-    if v2:
+    v3 = m.supported_features
+    if v3:
         t = bytearray()
-        a3 = v2
-        write_length(t, len(a3), True)
-        for x in a3:
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
             _e_SupportedFeatureKey_1(x, t)
         tags.append((0, t))
-    v4 = m.finalized_features_epoch
-    if v4 != -1:
+    v6 = m.finalized_features_epoch
+    if v6 != -1:
         t = bytearray()
-        t += _S4.pack(v4)
+        t += _S4.pack(v6)
         tags.append((1, t))
-    v5 = m.finalized_features
-    if v5:
+    v7 = m.finalized_features
+    if v7:
         t = bytearray()
-        a6 = v5
-        write_length(t, len(a6), True)
-        for x in a6:
+        a8 = v7
+        n9 = len(a8)
+        if n9 < 127:
+            t.append(n9 + 1)
+        else:
+            write_uvarint(t, n9 + 1)
+        for x in a8:
             _e_FinalizedFeatureKey_1(x, t)
         tags.append((2, t))
-    v7 = m.zk_migration_ready
-    if v7 != False:
+    v10 = m.zk_migration_ready
+    if v10 != False:
         t = bytearray()
-        t += _S5.pack(v7)
+        t += _S5.pack(v10)
         tags.append((3, t))
     write_tagged(buf, tags)
 
@@ -267,51 +306,54 @@ def _d_ApiVersionsResponse_2(data, pos):
     f_finalized_features_epoch = -1
     f_finalized_features = []
     f_zk_migration_ready = False
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('SupportedFeatures')
-            n3, p = read_array_length(data, p, True, False, 'SupportedFeatures')
-            if n3 < 0:
-                f_supported_features = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('SupportedFeatures')
+                n3, p = read_array_length(data, p, True, False, 'SupportedFeatures')
+                if n3 < 0:
+                    f_supported_features = None
+                else:
+                    f_supported_features = []
+                    for _ in range(n3):
+                        x4, p = _d_SupportedFeatureKey_1(data, p)
+                        f_supported_features.append(x4)
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('FinalizedFeaturesEpoch')
+                f_finalized_features_epoch = _S4.unpack_from(data, p)[0]
+                p += 8
+            elif tag == 2:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('FinalizedFeatures')
+                n5, p = read_array_length(data, p, True, False, 'FinalizedFeatures')
+                if n5 < 0:
+                    f_finalized_features = None
+                else:
+                    f_finalized_features = []
+                    for _ in range(n5):
+                        x6, p = _d_FinalizedFeatureKey_1(data, p)
+                        f_finalized_features.append(x6)
+            elif tag == 3:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ZkMigrationReady')
+                f_zk_migration_ready = _S5.unpack_from(data, p)[0]
+                p += 1
             else:
-                f_supported_features = []
-                for _ in range(n3):
-                    x4, p = _d_SupportedFeatureKey_1(data, p)
-                    f_supported_features.append(x4)
-        elif tag == 1:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('FinalizedFeaturesEpoch')
-            f_finalized_features_epoch = _S4.unpack_from(data, p)[0]
-            p += 8
-        elif tag == 2:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('FinalizedFeatures')
-            n5, p = read_array_length(data, p, True, False, 'FinalizedFeatures')
-            if n5 < 0:
-                f_finalized_features = None
-            else:
-                f_finalized_features = []
-                for _ in range(n5):
-                    x6, p = _d_FinalizedFeatureKey_1(data, p)
-                    f_finalized_features.append(x6)
-        elif tag == 3:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ZkMigrationReady')
-            f_zk_migration_ready = _S5.unpack_from(data, p)[0]
-            p += 1
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, f_supported_features, f_finalized_features_epoch, f_finalized_features, f_zk_migration_ready), pos
 
 

@@ -65,17 +65,24 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code), pos
 
 
 def _e_TopicData_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_0(x, buf)
     buf.append(0)
@@ -91,17 +98,24 @@ def _d_TopicData_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_id, f_partitions), pos
 
 
 def _e_DirectoryData_0(m, buf):
     buf += uuid_bytes(m.id)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -117,17 +131,24 @@ def _d_DirectoryData_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DirectoryData(f_id, f_topics), pos
 
 
 def _e_AssignReplicasToDirsResponse_0(m, buf):
     buf += _S0.pack(m.throttle_time_ms, m.error_code)
     a1 = m.directories
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DirectoryData_0(x, buf)
     buf.append(0)
@@ -144,10 +165,13 @@ def _d_AssignReplicasToDirsResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_DirectoryData_0(data, pos)
             f_directories.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AssignReplicasToDirsResponse(f_throttle_time_ms, f_error_code, f_directories), pos
 
 

@@ -88,10 +88,13 @@ def _d_PartitionData_1(data, pos):
     f_voter_directory_id, pos = read_uuid(data, pos)
     f_leader_id, f_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_voter_directory_id, f_leader_id, f_leader_epoch), pos
 
 
@@ -100,21 +103,30 @@ def _e_TopicData_0(m, buf):
     buf += _S3.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_PartitionData_0(x, buf)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -127,26 +139,41 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -183,14 +210,33 @@ def _e_LeaderEndpoint_1(m, buf):
 
 
 def _d_LeaderEndpoint_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S4.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderEndpoint(f_name, f_host, f_port), pos
 
 
@@ -203,21 +249,30 @@ def _e_BeginQuorumEpochRequest_0(m, buf):
         buf += _S3.pack(len(b1))
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_TopicData_0(x, buf)
 
 
 def _d_BeginQuorumEpochRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_TopicData_0(data, pos)
+            f_topics.append(x4)
     return BeginQuorumEpochRequest(f_cluster_id, -1, f_topics, []), pos
 
 
@@ -235,40 +290,59 @@ def _e_BeginQuorumEpochRequest_1(m, buf):
         buf += b1
     buf += _S1.pack(m.voter_id)
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicData_1(x, buf)
-    a4 = m.leader_endpoints
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.leader_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_LeaderEndpoint_1(x, buf)
     buf.append(0)
 
 
 def _d_BeginQuorumEpochRequest_1(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_voter_id, = _S1.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_1(data, pos)
-            f_topics.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'LeaderEndpoints')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_TopicData_1(data, pos)
+            f_topics.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'LeaderEndpoints')
+    if n5 < 0:
         f_leader_endpoints = None
     else:
         f_leader_endpoints = []
-        for _ in range(n3):
-            x4, pos = _d_LeaderEndpoint_1(data, pos)
-            f_leader_endpoints.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_LeaderEndpoint_1(data, pos)
+            f_leader_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BeginQuorumEpochRequest(f_cluster_id, f_voter_id, f_topics, f_leader_endpoints), pos
 
 

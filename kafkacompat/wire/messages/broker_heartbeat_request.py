@@ -49,10 +49,13 @@ def _e_BrokerHeartbeatRequest_0(m, buf):
 def _d_BrokerHeartbeatRequest_0(data, pos):
     f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, = _S0.unpack_from(data, pos)
     pos += 22
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, []), pos
 
 
@@ -63,7 +66,11 @@ def _e_BrokerHeartbeatRequest_1(m, buf):
     if v1:
         t = bytearray()
         a2 = v1
-        write_length(t, len(a2), True)
+        n3 = len(a2)
+        if n3 < 127:
+            t.append(n3 + 1)
+        else:
+            write_uvarint(t, n3 + 1)
         for x in a2:
             t += uuid_bytes(x)
         tags.append((0, t))
@@ -74,24 +81,27 @@ def _d_BrokerHeartbeatRequest_1(data, pos):
     f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, = _S0.unpack_from(data, pos)
     pos += 22
     f_offline_log_dirs = []
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('OfflineLogDirs')
-            n1, p = read_array_length(data, p, True, False, 'OfflineLogDirs')
-            if n1 < 0:
-                f_offline_log_dirs = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('OfflineLogDirs')
+                n1, p = read_array_length(data, p, True, False, 'OfflineLogDirs')
+                if n1 < 0:
+                    f_offline_log_dirs = None
+                else:
+                    f_offline_log_dirs = []
+                    for _ in range(n1):
+                        x2, p = read_uuid(data, p)
+                        f_offline_log_dirs.append(x2)
             else:
-                f_offline_log_dirs = []
-                for _ in range(n1):
-                    x2, p = read_uuid(data, p)
-                    f_offline_log_dirs.append(x2)
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, f_offline_log_dirs), pos
 
 

@@ -46,10 +46,13 @@ def _e_BrokerHeartbeatResponse_0(m, buf):
 def _d_BrokerHeartbeatResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, f_is_caught_up, f_is_fenced, f_should_shut_down, = _S0.unpack_from(data, pos)
     pos += 9
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerHeartbeatResponse(f_throttle_time_ms, f_error_code, f_is_caught_up, f_is_fenced, f_should_shut_down), pos
 
 

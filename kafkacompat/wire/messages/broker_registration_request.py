@@ -83,14 +83,33 @@ def _e_Listener_0(m, buf):
 
 
 def _d_Listener_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, f_security_protocol, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener(f_name, f_host, f_port, f_security_protocol), pos
 
 
@@ -107,13 +126,24 @@ def _e_Feature_0(m, buf):
 
 
 def _d_Feature_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_min_supported_version, f_max_supported_version, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Feature(f_name, f_min_supported_version, f_max_supported_version), pos
 
 
@@ -130,53 +160,80 @@ def _e_BrokerRegistrationRequest_0(m, buf):
     buf += b1
     buf += uuid_bytes(m.incarnation_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
-    a4 = m.features
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.features
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_Feature_0(x, buf)
-    s6 = m.rack
-    if s6 is None:
+    s8 = m.rack
+    if s8 is None:
         buf += b'\x00'
     else:
-        b5 = s6.encode()
-        b5n = len(b5) + 1
-        if b5n < 128:
-            buf.append(b5n)
+        b7 = s8.encode()
+        b7n = len(b7) + 1
+        if b7n < 128:
+            buf.append(b7n)
         else:
-            write_uvarint(buf, b5n)
-        buf += b5
+            write_uvarint(buf, b7n)
+        buf += b7
     buf.append(0)
 
 
 def _d_BrokerRegistrationRequest_0(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_incarnation_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Features')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Features')
+    if n5 < 0:
         f_features = None
     else:
         f_features = []
-        for _ in range(n3):
-            x4, pos = _d_Feature_0(data, pos)
-            f_features.append(x4)
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_Feature_0(data, pos)
+            f_features.append(x6)
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, False, [], -1), pos
 
 
@@ -191,24 +248,32 @@ def _e_BrokerRegistrationRequest_1(m, buf):
     buf += b1
     buf += uuid_bytes(m.incarnation_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
-    a4 = m.features
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.features
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_Feature_0(x, buf)
-    s6 = m.rack
-    if s6 is None:
+    s8 = m.rack
+    if s8 is None:
         buf += b'\x00'
     else:
-        b5 = s6.encode()
-        b5n = len(b5) + 1
-        if b5n < 128:
-            buf.append(b5n)
+        b7 = s8.encode()
+        b7n = len(b7) + 1
+        if b7n < 128:
+            buf.append(b7n)
         else:
-            write_uvarint(buf, b5n)
-        buf += b5
+            write_uvarint(buf, b7n)
+        buf += b7
     buf += _S3.pack(m.is_migrating_zk_broker)
     buf.append(0)
 
@@ -216,31 +281,50 @@ def _e_BrokerRegistrationRequest_1(m, buf):
 def _d_BrokerRegistrationRequest_1(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_incarnation_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Features')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Features')
+    if n5 < 0:
         f_features = None
     else:
         f_features = []
-        for _ in range(n3):
-            x4, pos = _d_Feature_0(data, pos)
-            f_features.append(x4)
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
+        for _ in range(n5):
+            x6, pos = _d_Feature_0(data, pos)
+            f_features.append(x6)
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
     f_is_migrating_zk_broker, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, [], -1), pos
 
 
@@ -255,28 +339,40 @@ def _e_BrokerRegistrationRequest_2(m, buf):
     buf += b1
     buf += uuid_bytes(m.incarnation_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
-    a4 = m.features
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.features
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_Feature_0(x, buf)
-    s6 = m.rack
-    if s6 is None:
+    s8 = m.rack
+    if s8 is None:
         buf += b'\x00'
     else:
-        b5 = s6.encode()
-        b5n = len(b5) + 1
-        if b5n < 128:
-            buf.append(b5n)
+        b7 = s8.encode()
+        b7n = len(b7) + 1
+        if b7n < 128:
+            buf.append(b7n)
         else:
-            write_uvarint(buf, b5n)
-        buf += b5
+            write_uvarint(buf, b7n)
+        buf += b7
     buf += _S3.pack(m.is_migrating_zk_broker)
-    a7 = m.log_dirs
-    write_length(buf, len(a7), True)
-    for x in a7:
+    a9 = m.log_dirs
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
+    for x in a9:
         buf += uuid_bytes(x)
     buf.append(0)
 
@@ -284,39 +380,58 @@ def _e_BrokerRegistrationRequest_2(m, buf):
 def _d_BrokerRegistrationRequest_2(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_incarnation_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Features')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Features')
+    if n5 < 0:
         f_features = None
     else:
         f_features = []
-        for _ in range(n3):
-            x4, pos = _d_Feature_0(data, pos)
-            f_features.append(x4)
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
+        for _ in range(n5):
+            x6, pos = _d_Feature_0(data, pos)
+            f_features.append(x6)
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
     f_is_migrating_zk_broker, = _S3.unpack_from(data, pos)
     pos += 1
-    n5, pos = read_array_length(data, pos, True, False, 'LogDirs')
-    if n5 < 0:
+    n9, pos = read_array_length(data, pos, True, False, 'LogDirs')
+    if n9 < 0:
         f_log_dirs = None
     else:
         f_log_dirs = []
-        for _ in range(n5):
-            x6, pos = read_uuid(data, pos)
-            f_log_dirs.append(x6)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = read_uuid(data, pos)
+            f_log_dirs.append(x10)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, -1), pos
 
 
@@ -331,28 +446,40 @@ def _e_BrokerRegistrationRequest_3(m, buf):
     buf += b1
     buf += uuid_bytes(m.incarnation_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
-    a4 = m.features
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.features
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_Feature_0(x, buf)
-    s6 = m.rack
-    if s6 is None:
+    s8 = m.rack
+    if s8 is None:
         buf += b'\x00'
     else:
-        b5 = s6.encode()
-        b5n = len(b5) + 1
-        if b5n < 128:
-            buf.append(b5n)
+        b7 = s8.encode()
+        b7n = len(b7) + 1
+        if b7n < 128:
+            buf.append(b7n)
         else:
-            write_uvarint(buf, b5n)
-        buf += b5
+            write_uvarint(buf, b7n)
+        buf += b7
     buf += _S3.pack(m.is_migrating_zk_broker)
-    a7 = m.log_dirs
-    write_length(buf, len(a7), True)
-    for x in a7:
+    a9 = m.log_dirs
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
+    for x in a9:
         buf += uuid_bytes(x)
     buf += _S4.pack(m.previous_broker_epoch)
     buf.append(0)
@@ -361,41 +488,60 @@ def _e_BrokerRegistrationRequest_3(m, buf):
 def _d_BrokerRegistrationRequest_3(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_incarnation_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Features')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Features')
+    if n5 < 0:
         f_features = None
     else:
         f_features = []
-        for _ in range(n3):
-            x4, pos = _d_Feature_0(data, pos)
-            f_features.append(x4)
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
+        for _ in range(n5):
+            x6, pos = _d_Feature_0(data, pos)
+            f_features.append(x6)
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
     f_is_migrating_zk_broker, = _S3.unpack_from(data, pos)
     pos += 1
-    n5, pos = read_array_length(data, pos, True, False, 'LogDirs')
-    if n5 < 0:
+    n9, pos = read_array_length(data, pos, True, False, 'LogDirs')
+    if n9 < 0:
         f_log_dirs = None
     else:
         f_log_dirs = []
-        for _ in range(n5):
-            x6, pos = read_uuid(data, pos)
-            f_log_dirs.append(x6)
+        for _ in range(n9):
+            x10, pos = read_uuid(data, pos)
+            f_log_dirs.append(x10)
     f_previous_broker_epoch, = _S4.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerRegistrationRequest(f_broker_id, f_cluster_id, f_incarnation_id, f_listeners, f_features, f_rack, f_is_migrating_zk_broker, f_log_dirs, f_previous_broker_epoch), pos
 
 

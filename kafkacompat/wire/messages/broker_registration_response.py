@@ -44,10 +44,13 @@ def _e_BrokerRegistrationResponse_0(m, buf):
 def _d_BrokerRegistrationResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, f_broker_epoch, = _S0.unpack_from(data, pos)
     pos += 14
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BrokerRegistrationResponse(f_throttle_time_ms, f_error_code, f_broker_epoch), pos
 
 

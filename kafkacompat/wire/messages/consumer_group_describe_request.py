@@ -37,7 +37,11 @@ class ConsumerGroupDescribeRequest:
 
 def _e_ConsumerGroupDescribeRequest_0(m, buf):
     a1 = m.group_ids
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf += _S0.pack(m.include_authorized_operations)
@@ -55,10 +59,13 @@ def _d_ConsumerGroupDescribeRequest_0(data, pos):
             f_group_ids.append(x2)
     f_include_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ConsumerGroupDescribeRequest(f_group_ids, f_include_authorized_operations), pos
 
 

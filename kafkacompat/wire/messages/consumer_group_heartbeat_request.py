@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>i')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -53,8 +54,12 @@ ConsumerGroupHeartbeatRequest.TopicPartitions = TopicPartitions  # type: ignore[
 def _e_TopicPartitions_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -65,10 +70,13 @@ def _d_TopicPartitions_0(data, pos):
         f_partitions = None
     else:
         f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicPartitions(f_topic_id, f_partitions), pos
 
 
@@ -117,60 +125,111 @@ def _e_ConsumerGroupHeartbeatRequest_0(m, buf):
     if a9 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a9), True)
+        n10 = len(a9)
+        if n10 < 127:
+            buf.append(n10 + 1)
+        else:
+            write_uvarint(buf, n10 + 1)
         for x in a9:
             write_string(buf, x, True)
-    s11 = m.server_assignor
-    if s11 is None:
+    s12 = m.server_assignor
+    if s12 is None:
         buf += b'\x00'
     else:
-        b10 = s11.encode()
-        b10n = len(b10) + 1
-        if b10n < 128:
-            buf.append(b10n)
+        b11 = s12.encode()
+        b11n = len(b11) + 1
+        if b11n < 128:
+            buf.append(b11n)
         else:
-            write_uvarint(buf, b10n)
-        buf += b10
-    a12 = m.topic_partitions
-    if a12 is None:
+            write_uvarint(buf, b11n)
+        buf += b11
+    a13 = m.topic_partitions
+    if a13 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a12), True)
-        for x in a12:
+        n14 = len(a13)
+        if n14 < 127:
+            buf.append(n14 + 1)
+        else:
+            write_uvarint(buf, n14 + 1)
+        for x in a13:
             _e_TopicPartitions_0(x, buf)
     buf.append(0)
 
 
 def _d_ConsumerGroupHeartbeatRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
     f_member_epoch, = _S0.unpack_from(data, pos)
     pos += 4
-    f_instance_id, pos = read_string(data, pos, True, True, 'InstanceId')
-    f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('InstanceId')
+        f_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_instance_id, pos = read_string(data, pos, True, True, 'InstanceId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
     f_rebalance_timeout_ms, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
-    if n1 < 0:
+    n9, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
+    if n9 < 0:
         f_subscribed_topic_names = None
     else:
         f_subscribed_topic_names = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
-            f_subscribed_topic_names.append(x2)
-    f_server_assignor, pos = read_string(data, pos, True, True, 'ServerAssignor')
-    n3, pos = read_array_length(data, pos, True, True, 'TopicPartitions')
-    if n3 < 0:
+        for _ in range(n9):
+            x10, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
+            f_subscribed_topic_names.append(x10)
+    c12 = data[pos]
+    if 0 < c12 < 128:
+        end11 = pos + c12
+        if end11 > len(data):
+            raise truncated('ServerAssignor')
+        f_server_assignor = str(data[pos + 1:end11], 'utf-8')
+        pos = end11
+    else:
+        f_server_assignor, pos = read_string(data, pos, True, True, 'ServerAssignor')
+    n13, pos = read_array_length(data, pos, True, True, 'TopicPartitions')
+    if n13 < 0:
         f_topic_partitions = None
     else:
         f_topic_partitions = []
-        for _ in range(n3):
-            x4, pos = _d_TopicPartitions_0(data, pos)
-            f_topic_partitions.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n13):
+            x14, pos = _d_TopicPartitions_0(data, pos)
+            f_topic_partitions.append(x14)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions), pos
 
 
@@ -217,72 +276,131 @@ def _e_ConsumerGroupHeartbeatRequest_1(m, buf):
     if a9 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a9), True)
+        n10 = len(a9)
+        if n10 < 127:
+            buf.append(n10 + 1)
+        else:
+            write_uvarint(buf, n10 + 1)
         for x in a9:
             write_string(buf, x, True)
-    s11 = m.subscribed_topic_regex
-    if s11 is None:
+    s12 = m.subscribed_topic_regex
+    if s12 is None:
         buf += b'\x00'
     else:
-        b10 = s11.encode()
-        b10n = len(b10) + 1
-        if b10n < 128:
-            buf.append(b10n)
+        b11 = s12.encode()
+        b11n = len(b11) + 1
+        if b11n < 128:
+            buf.append(b11n)
         else:
-            write_uvarint(buf, b10n)
-        buf += b10
-    s13 = m.server_assignor
-    if s13 is None:
+            write_uvarint(buf, b11n)
+        buf += b11
+    s14 = m.server_assignor
+    if s14 is None:
         buf += b'\x00'
     else:
-        b12 = s13.encode()
-        b12n = len(b12) + 1
-        if b12n < 128:
-            buf.append(b12n)
+        b13 = s14.encode()
+        b13n = len(b13) + 1
+        if b13n < 128:
+            buf.append(b13n)
         else:
-            write_uvarint(buf, b12n)
-        buf += b12
-    a14 = m.topic_partitions
-    if a14 is None:
+            write_uvarint(buf, b13n)
+        buf += b13
+    a15 = m.topic_partitions
+    if a15 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a14), True)
-        for x in a14:
+        n16 = len(a15)
+        if n16 < 127:
+            buf.append(n16 + 1)
+        else:
+            write_uvarint(buf, n16 + 1)
+        for x in a15:
             _e_TopicPartitions_0(x, buf)
     buf.append(0)
 
 
 def _d_ConsumerGroupHeartbeatRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
     f_member_epoch, = _S0.unpack_from(data, pos)
     pos += 4
-    f_instance_id, pos = read_string(data, pos, True, True, 'InstanceId')
-    f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('InstanceId')
+        f_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_instance_id, pos = read_string(data, pos, True, True, 'InstanceId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
     f_rebalance_timeout_ms, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
-    if n1 < 0:
+    n9, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
+    if n9 < 0:
         f_subscribed_topic_names = None
     else:
         f_subscribed_topic_names = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
-            f_subscribed_topic_names.append(x2)
-    f_subscribed_topic_regex, pos = read_string(data, pos, True, True, 'SubscribedTopicRegex')
-    f_server_assignor, pos = read_string(data, pos, True, True, 'ServerAssignor')
-    n3, pos = read_array_length(data, pos, True, True, 'TopicPartitions')
-    if n3 < 0:
+        for _ in range(n9):
+            x10, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
+            f_subscribed_topic_names.append(x10)
+    c12 = data[pos]
+    if 0 < c12 < 128:
+        end11 = pos + c12
+        if end11 > len(data):
+            raise truncated('SubscribedTopicRegex')
+        f_subscribed_topic_regex = str(data[pos + 1:end11], 'utf-8')
+        pos = end11
+    else:
+        f_subscribed_topic_regex, pos = read_string(data, pos, True, True, 'SubscribedTopicRegex')
+    c14 = data[pos]
+    if 0 < c14 < 128:
+        end13 = pos + c14
+        if end13 > len(data):
+            raise truncated('ServerAssignor')
+        f_server_assignor = str(data[pos + 1:end13], 'utf-8')
+        pos = end13
+    else:
+        f_server_assignor, pos = read_string(data, pos, True, True, 'ServerAssignor')
+    n15, pos = read_array_length(data, pos, True, True, 'TopicPartitions')
+    if n15 < 0:
         f_topic_partitions = None
     else:
         f_topic_partitions = []
-        for _ in range(n3):
-            x4, pos = _d_TopicPartitions_0(data, pos)
-            f_topic_partitions.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n15):
+            x16, pos = _d_TopicPartitions_0(data, pos)
+            f_topic_partitions.append(x16)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions), pos
 
 

@@ -78,14 +78,33 @@ def _e_Listener_0(m, buf):
 
 
 def _d_Listener_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, f_security_protocol, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener(f_name, f_host, f_port, f_security_protocol), pos
 
 
@@ -102,13 +121,24 @@ def _e_Feature_0(m, buf):
 
 
 def _d_Feature_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_min_supported_version, f_max_supported_version, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Feature(f_name, f_min_supported_version, f_max_supported_version), pos
 
 
@@ -117,12 +147,20 @@ def _e_ControllerRegistrationRequest_0(m, buf):
     buf += uuid_bytes(m.incarnation_id)
     buf += _S3.pack(m.zk_migration_ready)
     a1 = m.listeners
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_Listener_0(x, buf)
-    a2 = m.features
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.features
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_Feature_0(x, buf)
     buf.append(0)
 
@@ -149,10 +187,13 @@ def _d_ControllerRegistrationRequest_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_Feature_0(data, pos)
             f_features.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ControllerRegistrationRequest(f_controller_id, f_incarnation_id, f_zk_migration_ready, f_listeners, f_features), pos
 
 

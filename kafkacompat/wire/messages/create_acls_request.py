@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>b')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>bb')
+_S3 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -67,9 +68,33 @@ def _e_AclCreation_0(m, buf):
 def _d_AclCreation_0(data, pos):
     f_resource_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    f_principal, pos = read_string(data, pos, False, False, 'Principal')
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal, pos = read_string(data, pos, False, False, 'Principal')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return AclCreation(f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type), pos
@@ -93,11 +118,35 @@ def _e_AclCreation_1(m, buf):
 def _d_AclCreation_1(data, pos):
     f_resource_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
     f_resource_pattern_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal, pos = read_string(data, pos, False, False, 'Principal')
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal, pos = read_string(data, pos, False, False, 'Principal')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
@@ -134,23 +183,51 @@ def _e_AclCreation_2(m, buf):
 def _d_AclCreation_2(data, pos):
     f_resource_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
     f_resource_pattern_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal, pos = read_string(data, pos, True, False, 'Principal')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal, pos = read_string(data, pos, True, False, 'Principal')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
 
 
 def _e_CreateAclsRequest_0(m, buf):
     a1 = m.creations
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_AclCreation_0(x, buf)
 
@@ -169,7 +246,8 @@ def _d_CreateAclsRequest_0(data, pos):
 
 def _e_CreateAclsRequest_1(m, buf):
     a1 = m.creations
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_AclCreation_1(x, buf)
 
@@ -188,7 +266,11 @@ def _d_CreateAclsRequest_1(data, pos):
 
 def _e_CreateAclsRequest_2(m, buf):
     a1 = m.creations
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AclCreation_2(x, buf)
     buf.append(0)
@@ -203,10 +285,13 @@ def _d_CreateAclsRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_AclCreation_2(data, pos)
             f_creations.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateAclsRequest(f_creations), pos
 
 

@@ -16,7 +16,8 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
-_S1 = struct.Struct('>q')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>q')
 
 
 @dataclass(slots=True)
@@ -55,8 +56,24 @@ def _e_CreatableRenewers_0(m, buf):
 
 
 def _d_CreatableRenewers_0(data, pos):
-    f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
     return CreatableRenewers(f_principal_type, f_principal_name), pos
 
 
@@ -79,12 +96,31 @@ def _e_CreatableRenewers_1(m, buf):
 
 
 def _d_CreatableRenewers_1(data, pos):
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatableRenewers(f_principal_type, f_principal_name), pos
 
 
@@ -94,10 +130,11 @@ def _e_CreateDelegationTokenRequest_0(m, buf):
     if m.owner_principal_name != '':
         raise unsupported('CreateDelegationTokenRequest', 'OwnerPrincipalName', '3+')
     a1 = m.renewers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_CreatableRenewers_0(x, buf)
-    buf += _S1.pack(m.max_lifetime_ms)
+    buf += _S2.pack(m.max_lifetime_ms)
 
 
 def _d_CreateDelegationTokenRequest_0(data, pos):
@@ -109,7 +146,7 @@ def _d_CreateDelegationTokenRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_CreatableRenewers_0(data, pos)
             f_renewers.append(x2)
-    f_max_lifetime_ms, = _S1.unpack_from(data, pos)
+    f_max_lifetime_ms, = _S2.unpack_from(data, pos)
     pos += 8
     return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms), pos
 
@@ -120,10 +157,14 @@ def _e_CreateDelegationTokenRequest_1(m, buf):
     if m.owner_principal_name != '':
         raise unsupported('CreateDelegationTokenRequest', 'OwnerPrincipalName', '3+')
     a1 = m.renewers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_CreatableRenewers_1(x, buf)
-    buf += _S1.pack(m.max_lifetime_ms)
+    buf += _S2.pack(m.max_lifetime_ms)
     buf.append(0)
 
 
@@ -136,12 +177,15 @@ def _d_CreateDelegationTokenRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_CreatableRenewers_1(data, pos)
             f_renewers.append(x2)
-    f_max_lifetime_ms, = _S1.unpack_from(data, pos)
+    f_max_lifetime_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateDelegationTokenRequest('', '', f_renewers, f_max_lifetime_ms), pos
 
 
@@ -169,30 +213,53 @@ def _e_CreateDelegationTokenRequest_2(m, buf):
             write_uvarint(buf, b3n)
         buf += b3
     a5 = m.renewers
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_CreatableRenewers_1(x, buf)
-    buf += _S1.pack(m.max_lifetime_ms)
+    buf += _S2.pack(m.max_lifetime_ms)
     buf.append(0)
 
 
 def _d_CreateDelegationTokenRequest_2(data, pos):
-    f_owner_principal_type, pos = read_string(data, pos, True, True, 'OwnerPrincipalType')
-    f_owner_principal_name, pos = read_string(data, pos, True, True, 'OwnerPrincipalName')
-    n1, pos = read_array_length(data, pos, True, False, 'Renewers')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('OwnerPrincipalType')
+        f_owner_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_owner_principal_type, pos = read_string(data, pos, True, True, 'OwnerPrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('OwnerPrincipalName')
+        f_owner_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_owner_principal_name, pos = read_string(data, pos, True, True, 'OwnerPrincipalName')
+    n5, pos = read_array_length(data, pos, True, False, 'Renewers')
+    if n5 < 0:
         f_renewers = None
     else:
         f_renewers = []
-        for _ in range(n1):
-            x2, pos = _d_CreatableRenewers_1(data, pos)
-            f_renewers.append(x2)
-    f_max_lifetime_ms, = _S1.unpack_from(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_CreatableRenewers_1(data, pos)
+            f_renewers.append(x6)
+    f_max_lifetime_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateDelegationTokenRequest(f_owner_principal_type, f_owner_principal_name, f_renewers, f_max_lifetime_ms), pos
 
 

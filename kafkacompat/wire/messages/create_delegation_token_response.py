@@ -71,11 +71,35 @@ def _e_CreateDelegationTokenResponse_0(m, buf):
 def _d_CreateDelegationTokenResponse_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, False, False, 'TokenId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_id, pos = read_string(data, pos, False, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, False, False, 'Hmac')
     f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
@@ -120,18 +144,45 @@ def _e_CreateDelegationTokenResponse_1(m, buf):
 def _d_CreateDelegationTokenResponse_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, True, False, 'Hmac')
     f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, '', '', f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms), pos
 
 
@@ -183,20 +234,63 @@ def _e_CreateDelegationTokenResponse_2(m, buf):
 def _d_CreateDelegationTokenResponse_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
-    f_token_requester_principal_type, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalType')
-    f_token_requester_principal_name, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('TokenRequesterPrincipalType')
+        f_token_requester_principal_type = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_requester_principal_type, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalType')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('TokenRequesterPrincipalName')
+        f_token_requester_principal_name = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_token_requester_principal_name, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalName')
     f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
+    c10 = data[pos]
+    if 0 < c10 < 128:
+        end9 = pos + c10
+        if end9 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 1:end9], 'utf-8')
+        pos = end9
+    else:
+        f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, True, False, 'Hmac')
     f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateDelegationTokenResponse(f_error_code, f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp_ms, f_expiry_timestamp_ms, f_max_timestamp_ms, f_token_id, f_hmac, f_throttle_time_ms), pos
 
 

@@ -15,9 +15,10 @@ from kafkacompat.wire.message_runtime import (
     write_uvarint,
 )
 
-_S0 = struct.Struct('>h')
-_S1 = struct.Struct('>i')
+_S0 = struct.Struct('>i')
+_S1 = struct.Struct('>h')
 _S2 = struct.Struct('>i?')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -54,8 +55,9 @@ CreatePartitionsRequest.CreatePartitionsTopic = CreatePartitionsTopic  # type: i
 
 def _e_CreatePartitionsAssignment_0(m, buf):
     a1 = m.broker_ids
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
 
 
 def _d_CreatePartitionsAssignment_0(data, pos):
@@ -69,8 +71,12 @@ def _d_CreatePartitionsAssignment_0(data, pos):
 
 def _e_CreatePartitionsAssignment_1(m, buf):
     a1 = m.broker_ids
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -80,39 +86,51 @@ def _d_CreatePartitionsAssignment_1(data, pos):
         f_broker_ids = None
     else:
         f_broker_ids, pos = read_fixed_array(data, pos, 'i', 4, n1, 'BrokerIds')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatePartitionsAssignment(f_broker_ids), pos
 
 
 def _e_CreatePartitionsTopic_0(m, buf):
     b1 = m.name.encode()
-    buf += _S0.pack(len(b1))
+    buf += _S1.pack(len(b1))
     buf += b1
-    buf += _S1.pack(m.count)
+    buf += _S0.pack(m.count)
     a3 = m.assignments
     if a3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a3), False)
+        n4 = len(a3)
+        buf += _S0.pack(n4)
         for x in a3:
             _e_CreatePartitionsAssignment_0(x, buf)
 
 
 def _d_CreatePartitionsTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_count, = _S1.unpack_from(data, pos)
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    f_count, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, False, True, 'Assignments')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, True, 'Assignments')
+    if n3 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_CreatePartitionsAssignment_0(data, pos)
-            f_assignments.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_CreatePartitionsAssignment_0(data, pos)
+            f_assignments.append(x4)
     return CreatePartitionsTopic(f_name, f_count, f_assignments), pos
 
 
@@ -124,39 +142,55 @@ def _e_CreatePartitionsTopic_1(m, buf):
     else:
         write_uvarint(buf, b1n)
     buf += b1
-    buf += _S1.pack(m.count)
+    buf += _S0.pack(m.count)
     a3 = m.assignments
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             _e_CreatePartitionsAssignment_1(x, buf)
     buf.append(0)
 
 
 def _d_CreatePartitionsTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_count, = _S1.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    f_count, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, True, 'Assignments')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, True, 'Assignments')
+    if n3 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_CreatePartitionsAssignment_1(data, pos)
-            f_assignments.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_CreatePartitionsAssignment_1(data, pos)
+            f_assignments.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatePartitionsTopic(f_name, f_count, f_assignments), pos
 
 
 def _e_CreatePartitionsRequest_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_CreatePartitionsTopic_0(x, buf)
     buf += _S2.pack(m.timeout_ms, m.validate_only)
@@ -178,7 +212,11 @@ def _d_CreatePartitionsRequest_0(data, pos):
 
 def _e_CreatePartitionsRequest_1(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_CreatePartitionsTopic_1(x, buf)
     buf += _S2.pack(m.timeout_ms, m.validate_only)
@@ -196,10 +234,13 @@ def _d_CreatePartitionsRequest_1(data, pos):
             f_topics.append(x2)
     f_timeout_ms, f_validate_only, = _S2.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 

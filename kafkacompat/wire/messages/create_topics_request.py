@@ -19,6 +19,7 @@ _S0 = struct.Struct('>i')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>ih')
 _S3 = struct.Struct('>i?')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -66,8 +67,9 @@ CreateTopicsRequest.CreatableTopic = CreatableTopic  # type: ignore[attr-defined
 def _e_CreatableReplicaAssignment_0(m, buf):
     buf += _S0.pack(m.partition_index)
     a1 = m.broker_ids
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
 
 
 def _d_CreatableReplicaAssignment_0(data, pos):
@@ -84,8 +86,12 @@ def _d_CreatableReplicaAssignment_0(data, pos):
 def _e_CreatableReplicaAssignment_1(m, buf):
     buf += _S0.pack(m.partition_index)
     a1 = m.broker_ids
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -97,10 +103,13 @@ def _d_CreatableReplicaAssignment_1(data, pos):
         f_broker_ids = None
     else:
         f_broker_ids, pos = read_fixed_array(data, pos, 'i', 4, n1, 'BrokerIds')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids), pos
 
 
@@ -118,8 +127,24 @@ def _e_CreatableTopicConfig_0(m, buf):
 
 
 def _d_CreatableTopicConfig_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     return CreatableTopicConfig(f_name, f_value), pos
 
 
@@ -146,12 +171,31 @@ def _e_CreatableTopicConfig_1(m, buf):
 
 
 def _d_CreatableTopicConfig_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_value, pos = read_string(data, pos, True, True, 'Value')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, True, True, 'Value')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatableTopicConfig(f_name, f_value), pos
 
 
@@ -161,35 +205,45 @@ def _e_CreatableTopic_0(m, buf):
     buf += b1
     buf += _S2.pack(m.num_partitions, m.replication_factor)
     a3 = m.assignments
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_CreatableReplicaAssignment_0(x, buf)
-    a4 = m.configs
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.configs
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_CreatableTopicConfig_0(x, buf)
 
 
 def _d_CreatableTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_num_partitions, f_replication_factor, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, False, False, 'Assignments')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Assignments')
+    if n3 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_CreatableReplicaAssignment_0(data, pos)
-            f_assignments.append(x2)
-    n3, pos = read_array_length(data, pos, False, False, 'Configs')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_CreatableReplicaAssignment_0(data, pos)
+            f_assignments.append(x4)
+    n5, pos = read_array_length(data, pos, False, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n3):
-            x4, pos = _d_CreatableTopicConfig_0(data, pos)
-            f_configs.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_CreatableTopicConfig_0(data, pos)
+            f_configs.append(x6)
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), pos
 
 
@@ -203,40 +257,59 @@ def _e_CreatableTopic_1(m, buf):
     buf += b1
     buf += _S2.pack(m.num_partitions, m.replication_factor)
     a3 = m.assignments
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_CreatableReplicaAssignment_1(x, buf)
-    a4 = m.configs
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.configs
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_CreatableTopicConfig_1(x, buf)
     buf.append(0)
 
 
 def _d_CreatableTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_num_partitions, f_replication_factor, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, True, False, 'Assignments')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Assignments')
+    if n3 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_CreatableReplicaAssignment_1(data, pos)
-            f_assignments.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Configs')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_CreatableReplicaAssignment_1(data, pos)
+            f_assignments.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n3):
-            x4, pos = _d_CreatableTopicConfig_1(data, pos)
-            f_configs.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_CreatableTopicConfig_1(data, pos)
+            f_configs.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), pos
 
 
@@ -244,7 +317,8 @@ def _e_CreateTopicsRequest_0(m, buf):
     if m.validate_only != False:
         raise unsupported('CreateTopicsRequest', 'validateOnly', '1+')
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_CreatableTopic_0(x, buf)
     buf += _S0.pack(m.timeout_ms)
@@ -266,7 +340,8 @@ def _d_CreateTopicsRequest_0(data, pos):
 
 def _e_CreateTopicsRequest_1(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_CreatableTopic_0(x, buf)
     buf += _S3.pack(m.timeout_ms, m.validate_only)
@@ -288,7 +363,11 @@ def _d_CreateTopicsRequest_1(data, pos):
 
 def _e_CreateTopicsRequest_2(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_CreatableTopic_1(x, buf)
     buf += _S3.pack(m.timeout_ms, m.validate_only)
@@ -306,10 +385,13 @@ def _d_CreateTopicsRequest_2(data, pos):
             f_topics.append(x2)
     f_timeout_ms, f_validate_only, = _S3.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 

@@ -100,14 +100,33 @@ def _e_CreatableTopicConfigs_1(m, buf):
 
 
 def _d_CreatableTopicConfigs_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_value, pos = read_string(data, pos, True, True, 'Value')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, True, True, 'Value')
     f_read_only, f_config_source, f_is_sensitive, = _S0.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive), pos
 
 
@@ -119,7 +138,15 @@ def _e_CreatableTopicResult_0(m, buf):
 
 
 def _d_CreatableTopicResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, '', 0, -1, -1, []), pos
@@ -140,10 +167,26 @@ def _e_CreatableTopicResult_1(m, buf):
 
 
 def _d_CreatableTopicResult_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, 0, -1, -1, []), pos
 
 
@@ -172,46 +215,69 @@ def _e_CreatableTopicResult_2(m, buf):
     if a5 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a5), True)
+        n6 = len(a5)
+        if n6 < 127:
+            buf.append(n6 + 1)
+        else:
+            write_uvarint(buf, n6 + 1)
         for x in a5:
             _e_CreatableTopicConfigs_1(x, buf)
     tags = []
-    v6 = m.topic_config_error_code
-    if v6 != 0:
+    v7 = m.topic_config_error_code
+    if v7 != 0:
         t = bytearray()
-        t += _S1.pack(v6)
+        t += _S1.pack(v7)
         tags.append((0, t))
     write_tagged(buf, tags)
 
 
 def _d_CreatableTopicResult_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_num_partitions, f_replication_factor, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, True, True, 'Configs')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, True, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_CreatableTopicConfigs_1(data, pos)
-            f_configs.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_CreatableTopicConfigs_1(data, pos)
+            f_configs.append(x6)
     f_topic_config_error_code = 0
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('TopicConfigErrorCode')
-            f_topic_config_error_code = _S1.unpack_from(data, p)[0]
-            p += 2
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('TopicConfigErrorCode')
+                f_topic_config_error_code = _S1.unpack_from(data, p)[0]
+                p += 2
+            else:
+                pos = skip_tagged_field(data, pos)
     return CreatableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs), pos
 
 
@@ -241,53 +307,77 @@ def _e_CreatableTopicResult_3(m, buf):
     if a5 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a5), True)
+        n6 = len(a5)
+        if n6 < 127:
+            buf.append(n6 + 1)
+        else:
+            write_uvarint(buf, n6 + 1)
         for x in a5:
             _e_CreatableTopicConfigs_1(x, buf)
     tags = []
-    v6 = m.topic_config_error_code
-    if v6 != 0:
+    v7 = m.topic_config_error_code
+    if v7 != 0:
         t = bytearray()
-        t += _S1.pack(v6)
+        t += _S1.pack(v7)
         tags.append((0, t))
     write_tagged(buf, tags)
 
 
 def _d_CreatableTopicResult_3(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_num_partitions, f_replication_factor, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, True, True, 'Configs')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, True, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_CreatableTopicConfigs_1(data, pos)
-            f_configs.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_CreatableTopicConfigs_1(data, pos)
+            f_configs.append(x6)
     f_topic_config_error_code = 0
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('TopicConfigErrorCode')
-            f_topic_config_error_code = _S1.unpack_from(data, p)[0]
-            p += 2
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('TopicConfigErrorCode')
+                f_topic_config_error_code = _S1.unpack_from(data, p)[0]
+                p += 2
+            else:
+                pos = skip_tagged_field(data, pos)
     return CreatableTopicResult(f_name, f_topic_id, f_error_code, f_error_message, f_topic_config_error_code, f_num_partitions, f_replication_factor, f_configs), pos
 
 
 def _e_CreateTopicsResponse_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_CreatableTopicResult_0(x, buf)
 
@@ -306,7 +396,8 @@ def _d_CreateTopicsResponse_0(data, pos):
 
 def _e_CreateTopicsResponse_1(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_CreatableTopicResult_1(x, buf)
 
@@ -326,7 +417,8 @@ def _d_CreateTopicsResponse_1(data, pos):
 def _e_CreateTopicsResponse_2(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_CreatableTopicResult_1(x, buf)
 
@@ -348,7 +440,11 @@ def _d_CreateTopicsResponse_2(data, pos):
 def _e_CreateTopicsResponse_3(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_CreatableTopicResult_2(x, buf)
     buf.append(0)
@@ -365,17 +461,24 @@ def _d_CreateTopicsResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_CreatableTopicResult_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 
 def _e_CreateTopicsResponse_4(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_CreatableTopicResult_3(x, buf)
     buf.append(0)
@@ -392,10 +495,13 @@ def _d_CreateTopicsResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_CreatableTopicResult_3(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 

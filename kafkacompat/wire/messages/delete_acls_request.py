@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>b')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>bb')
+_S3 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -79,9 +80,33 @@ def _e_DeleteAclsFilter_0(m, buf):
 def _d_DeleteAclsFilter_0(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
-    f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
@@ -117,11 +142,35 @@ def _e_DeleteAclsFilter_1(m, buf):
 def _d_DeleteAclsFilter_1(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
     f_pattern_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
@@ -170,23 +219,51 @@ def _e_DeleteAclsFilter_2(m, buf):
 def _d_DeleteAclsFilter_2(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, True, True, 'ResourceNameFilter')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, True, True, 'ResourceNameFilter')
     f_pattern_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal_filter, pos = read_string(data, pos, True, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, True, True, 'HostFilter')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, True, True, 'PrincipalFilter')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, True, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
 
 
 def _e_DeleteAclsRequest_0(m, buf):
     a1 = m.filters
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_DeleteAclsFilter_0(x, buf)
 
@@ -205,7 +282,8 @@ def _d_DeleteAclsRequest_0(data, pos):
 
 def _e_DeleteAclsRequest_1(m, buf):
     a1 = m.filters
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_DeleteAclsFilter_1(x, buf)
 
@@ -224,7 +302,11 @@ def _d_DeleteAclsRequest_1(data, pos):
 
 def _e_DeleteAclsRequest_2(m, buf):
     a1 = m.filters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeleteAclsFilter_2(x, buf)
     buf.append(0)
@@ -239,10 +321,13 @@ def _d_DeleteAclsRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeleteAclsFilter_2(data, pos)
             f_filters.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteAclsRequest(f_filters), pos
 
 

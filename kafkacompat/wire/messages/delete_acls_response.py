@@ -87,12 +87,44 @@ def _e_DeleteAclsMatchingAcl_0(m, buf):
 def _d_DeleteAclsMatchingAcl_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    f_principal, pos = read_string(data, pos, False, False, 'Principal')
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_principal, pos = read_string(data, pos, False, False, 'Principal')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, 3, f_principal, f_host, f_operation, f_permission_type), pos
@@ -124,14 +156,46 @@ def _e_DeleteAclsMatchingAcl_1(m, buf):
 def _d_DeleteAclsMatchingAcl_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
     f_pattern_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_principal, pos = read_string(data, pos, False, False, 'Principal')
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_principal, pos = read_string(data, pos, False, False, 'Principal')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
@@ -180,20 +244,55 @@ def _e_DeleteAclsMatchingAcl_2(m, buf):
 def _d_DeleteAclsMatchingAcl_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
     f_pattern_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_principal, pos = read_string(data, pos, True, False, 'Principal')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_principal, pos = read_string(data, pos, True, False, 'Principal')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
 
 
@@ -207,7 +306,8 @@ def _e_DeleteAclsFilterResult_0(m, buf):
         buf += _S0.pack(len(b1))
         buf += b1
     a3 = m.matching_acls
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_DeleteAclsMatchingAcl_0(x, buf)
 
@@ -215,15 +315,23 @@ def _e_DeleteAclsFilterResult_0(m, buf):
 def _d_DeleteAclsFilterResult_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, False, 'MatchingAcls')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, False, 'MatchingAcls')
+    if n3 < 0:
         f_matching_acls = None
     else:
         f_matching_acls = []
-        for _ in range(n1):
-            x2, pos = _d_DeleteAclsMatchingAcl_0(data, pos)
-            f_matching_acls.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DeleteAclsMatchingAcl_0(data, pos)
+            f_matching_acls.append(x4)
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), pos
 
 
@@ -237,7 +345,8 @@ def _e_DeleteAclsFilterResult_1(m, buf):
         buf += _S0.pack(len(b1))
         buf += b1
     a3 = m.matching_acls
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_DeleteAclsMatchingAcl_1(x, buf)
 
@@ -245,15 +354,23 @@ def _e_DeleteAclsFilterResult_1(m, buf):
 def _d_DeleteAclsFilterResult_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, False, 'MatchingAcls')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, False, 'MatchingAcls')
+    if n3 < 0:
         f_matching_acls = None
     else:
         f_matching_acls = []
-        for _ in range(n1):
-            x2, pos = _d_DeleteAclsMatchingAcl_1(data, pos)
-            f_matching_acls.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DeleteAclsMatchingAcl_1(data, pos)
+            f_matching_acls.append(x4)
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), pos
 
 
@@ -271,7 +388,11 @@ def _e_DeleteAclsFilterResult_2(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.matching_acls
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DeleteAclsMatchingAcl_2(x, buf)
     buf.append(0)
@@ -280,26 +401,38 @@ def _e_DeleteAclsFilterResult_2(m, buf):
 def _d_DeleteAclsFilterResult_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'MatchingAcls')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'MatchingAcls')
+    if n3 < 0:
         f_matching_acls = None
     else:
         f_matching_acls = []
-        for _ in range(n1):
-            x2, pos = _d_DeleteAclsMatchingAcl_2(data, pos)
-            f_matching_acls.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DeleteAclsMatchingAcl_2(data, pos)
+            f_matching_acls.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), pos
 
 
 def _e_DeleteAclsResponse_0(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.filter_results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_DeleteAclsFilterResult_0(x, buf)
 
@@ -321,7 +454,8 @@ def _d_DeleteAclsResponse_0(data, pos):
 def _e_DeleteAclsResponse_1(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.filter_results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_DeleteAclsFilterResult_1(x, buf)
 
@@ -343,7 +477,11 @@ def _d_DeleteAclsResponse_1(data, pos):
 def _e_DeleteAclsResponse_2(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.filter_results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeleteAclsFilterResult_2(x, buf)
     buf.append(0)
@@ -360,10 +498,13 @@ def _d_DeleteAclsResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeleteAclsFilterResult_2(data, pos)
             f_filter_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteAclsResponse(f_throttle_time_ms, f_filter_results), pos
 
 

@@ -15,6 +15,7 @@ from kafkacompat.wire.message_runtime import (
     write_uvarint,
 )
 
+_S0 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -35,7 +36,8 @@ class DeleteGroupsRequest:
 
 def _e_DeleteGroupsRequest_0(m, buf):
     a1 = m.groups_names
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         write_string(buf, x, False)
 
@@ -54,7 +56,11 @@ def _d_DeleteGroupsRequest_0(data, pos):
 
 def _e_DeleteGroupsRequest_1(m, buf):
     a1 = m.groups_names
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf.append(0)
@@ -69,10 +75,13 @@ def _d_DeleteGroupsRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, True, False, 'GroupsNames')
             f_groups_names.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteGroupsRequest(f_groups_names), pos
 
 

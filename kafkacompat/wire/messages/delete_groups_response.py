@@ -51,7 +51,15 @@ def _e_DeletableGroupResult_0(m, buf):
 
 
 def _d_DeletableGroupResult_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
     return DeletableGroupResult(f_group_id, f_error_code), pos
@@ -70,20 +78,32 @@ def _e_DeletableGroupResult_1(m, buf):
 
 
 def _d_DeletableGroupResult_1(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeletableGroupResult(f_group_id, f_error_code), pos
 
 
 def _e_DeleteGroupsResponse_0(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DeletableGroupResult_0(x, buf)
 
@@ -105,7 +125,11 @@ def _d_DeleteGroupsResponse_0(data, pos):
 def _e_DeleteGroupsResponse_1(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeletableGroupResult_1(x, buf)
     buf.append(0)
@@ -122,10 +146,13 @@ def _d_DeleteGroupsResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeletableGroupResult_1(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), pos
 
 

@@ -70,10 +70,13 @@ def _e_DeleteRecordsPartitionResult_1(m, buf):
 def _d_DeleteRecordsPartitionResult_1(data, pos):
     f_partition_index, f_low_watermark, f_error_code, = _S0.unpack_from(data, pos)
     pos += 14
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteRecordsPartitionResult(f_partition_index, f_low_watermark, f_error_code), pos
 
 
@@ -82,21 +85,30 @@ def _e_DeleteRecordsTopicResult_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_DeleteRecordsPartitionResult_0(x, buf)
 
 
 def _d_DeleteRecordsTopicResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_DeleteRecordsPartitionResult_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DeleteRecordsPartitionResult_0(data, pos)
+            f_partitions.append(x4)
     return DeleteRecordsTopicResult(f_name, f_partitions), pos
 
 
@@ -109,33 +121,49 @@ def _e_DeleteRecordsTopicResult_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DeleteRecordsPartitionResult_1(x, buf)
     buf.append(0)
 
 
 def _d_DeleteRecordsTopicResult_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_DeleteRecordsPartitionResult_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DeleteRecordsPartitionResult_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteRecordsTopicResult(f_name, f_partitions), pos
 
 
 def _e_DeleteRecordsResponse_0(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DeleteRecordsTopicResult_0(x, buf)
 
@@ -157,7 +185,11 @@ def _d_DeleteRecordsResponse_0(data, pos):
 def _e_DeleteRecordsResponse_1(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeleteRecordsTopicResult_1(x, buf)
     buf.append(0)
@@ -174,10 +206,13 @@ def _d_DeleteRecordsResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeleteRecordsTopicResult_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteRecordsResponse(f_throttle_time_ms, f_topics), pos
 
 

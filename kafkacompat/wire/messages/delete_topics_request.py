@@ -63,10 +63,13 @@ def _e_DeleteTopicState_1(m, buf):
 
 
 def _d_DeleteTopicState_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicState(None, ZERO_UUID), pos
 
 
@@ -87,12 +90,23 @@ def _e_DeleteTopicState_2(m, buf):
 
 
 def _d_DeleteTopicState_2(data, pos):
-    f_name, pos = read_string(data, pos, True, True, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, True, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicState(f_name, f_topic_id), pos
 
 
@@ -100,7 +114,8 @@ def _e_DeleteTopicsRequest_0(m, buf):
     if m.topics:
         raise unsupported('DeleteTopicsRequest', 'Topics', '6+')
     a1 = m.topic_names
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         write_string(buf, x, False)
     buf += _S0.pack(m.timeout_ms)
@@ -124,7 +139,11 @@ def _e_DeleteTopicsRequest_1(m, buf):
     if m.topics:
         raise unsupported('DeleteTopicsRequest', 'Topics', '6+')
     a1 = m.topic_names
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf += _S0.pack(m.timeout_ms)
@@ -142,16 +161,23 @@ def _d_DeleteTopicsRequest_1(data, pos):
             f_topic_names.append(x2)
     f_timeout_ms, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicsRequest([], f_topic_names, f_timeout_ms), pos
 
 
 def _e_DeleteTopicsRequest_2(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeleteTopicState_2(x, buf)
     buf += _S0.pack(m.timeout_ms)
@@ -169,10 +195,13 @@ def _d_DeleteTopicsRequest_2(data, pos):
             f_topics.append(x2)
     f_timeout_ms, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicsRequest(f_topics, [], f_timeout_ms), pos
 
 

@@ -53,7 +53,15 @@ def _e_DeletableTopicResult_0(m, buf):
 
 
 def _d_DeletableTopicResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None), pos
@@ -72,13 +80,24 @@ def _e_DeletableTopicResult_1(m, buf):
 
 
 def _d_DeletableTopicResult_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None), pos
 
 
@@ -106,14 +125,33 @@ def _e_DeletableTopicResult_2(m, buf):
 
 
 def _d_DeletableTopicResult_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message), pos
 
 
@@ -146,21 +184,41 @@ def _e_DeletableTopicResult_3(m, buf):
 
 
 def _d_DeletableTopicResult_3(data, pos):
-    f_name, pos = read_string(data, pos, True, True, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, True, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message), pos
 
 
 def _e_DeleteTopicsResponse_0(m, buf):
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DeletableTopicResult_0(x, buf)
 
@@ -180,7 +238,8 @@ def _d_DeleteTopicsResponse_0(data, pos):
 def _e_DeleteTopicsResponse_1(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DeletableTopicResult_0(x, buf)
 
@@ -202,7 +261,11 @@ def _d_DeleteTopicsResponse_1(data, pos):
 def _e_DeleteTopicsResponse_2(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeletableTopicResult_1(x, buf)
     buf.append(0)
@@ -219,17 +282,24 @@ def _d_DeleteTopicsResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeletableTopicResult_1(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_3(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeletableTopicResult_2(x, buf)
     buf.append(0)
@@ -246,17 +316,24 @@ def _d_DeleteTopicsResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeletableTopicResult_2(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
 def _e_DeleteTopicsResponse_4(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DeletableTopicResult_3(x, buf)
     buf.append(0)
@@ -273,10 +350,13 @@ def _d_DeleteTopicsResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_DeletableTopicResult_3(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 

@@ -73,9 +73,33 @@ def _e_DescribeAclsRequest_0(m, buf):
 def _d_DescribeAclsRequest_0(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
-    f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, 3, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
@@ -111,11 +135,35 @@ def _e_DescribeAclsRequest_1(m, buf):
 def _d_DescribeAclsRequest_1(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, False, True, 'ResourceNameFilter')
     f_pattern_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, False, True, 'PrincipalFilter')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, False, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
@@ -164,17 +212,44 @@ def _e_DescribeAclsRequest_2(m, buf):
 def _d_DescribeAclsRequest_2(data, pos):
     f_resource_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name_filter, pos = read_string(data, pos, True, True, 'ResourceNameFilter')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceNameFilter')
+        f_resource_name_filter = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name_filter, pos = read_string(data, pos, True, True, 'ResourceNameFilter')
     f_pattern_type_filter, = _S0.unpack_from(data, pos)
     pos += 1
-    f_principal_filter, pos = read_string(data, pos, True, True, 'PrincipalFilter')
-    f_host_filter, pos = read_string(data, pos, True, True, 'HostFilter')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalFilter')
+        f_principal_filter = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_filter, pos = read_string(data, pos, True, True, 'PrincipalFilter')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('HostFilter')
+        f_host_filter = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_host_filter, pos = read_string(data, pos, True, True, 'HostFilter')
     f_operation, f_permission_type, = _S2.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
 
 

@@ -18,7 +18,8 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>bb')
 _S2 = struct.Struct('>b')
-_S3 = struct.Struct('>ih')
+_S3 = struct.Struct('>i')
+_S4 = struct.Struct('>ih')
 
 
 @dataclass(slots=True)
@@ -69,8 +70,24 @@ def _e_AclDescription_0(m, buf):
 
 
 def _d_AclDescription_0(data, pos):
-    f_principal, pos = read_string(data, pos, False, False, 'Principal')
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal, pos = read_string(data, pos, False, False, 'Principal')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_operation, f_permission_type, = _S1.unpack_from(data, pos)
     pos += 2
     return AclDescription(f_principal, f_host, f_operation, f_permission_type), pos
@@ -96,14 +113,33 @@ def _e_AclDescription_1(m, buf):
 
 
 def _d_AclDescription_1(data, pos):
-    f_principal, pos = read_string(data, pos, True, False, 'Principal')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Principal')
+        f_principal = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal, pos = read_string(data, pos, True, False, 'Principal')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_operation, f_permission_type, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AclDescription(f_principal, f_host, f_operation, f_permission_type), pos
 
 
@@ -115,7 +151,8 @@ def _e_DescribeAclsResource_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.acls
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_AclDescription_0(x, buf)
 
@@ -123,15 +160,23 @@ def _e_DescribeAclsResource_0(m, buf):
 def _d_DescribeAclsResource_0(data, pos):
     f_resource_type, = _S2.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, False, 'Acls')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n3, pos = read_array_length(data, pos, False, False, 'Acls')
+    if n3 < 0:
         f_acls = None
     else:
         f_acls = []
-        for _ in range(n1):
-            x2, pos = _d_AclDescription_0(data, pos)
-            f_acls.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_AclDescription_0(data, pos)
+            f_acls.append(x4)
     return DescribeAclsResource(f_resource_type, f_resource_name, 3, f_acls), pos
 
 
@@ -142,7 +187,8 @@ def _e_DescribeAclsResource_1(m, buf):
     buf += b1
     buf += _S2.pack(m.pattern_type)
     a3 = m.acls
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_AclDescription_0(x, buf)
 
@@ -150,17 +196,25 @@ def _e_DescribeAclsResource_1(m, buf):
 def _d_DescribeAclsResource_1(data, pos):
     f_resource_type, = _S2.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
     f_pattern_type, = _S2.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, False, False, 'Acls')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Acls')
+    if n3 < 0:
         f_acls = None
     else:
         f_acls = []
-        for _ in range(n1):
-            x2, pos = _d_AclDescription_0(data, pos)
-            f_acls.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_AclDescription_0(data, pos)
+            f_acls.append(x4)
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls), pos
 
 
@@ -175,7 +229,11 @@ def _e_DescribeAclsResource_2(m, buf):
     buf += b1
     buf += _S2.pack(m.pattern_type)
     a3 = m.acls
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_AclDescription_1(x, buf)
     buf.append(0)
@@ -184,26 +242,37 @@ def _e_DescribeAclsResource_2(m, buf):
 def _d_DescribeAclsResource_2(data, pos):
     f_resource_type, = _S2.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
     f_pattern_type, = _S2.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, True, False, 'Acls')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Acls')
+    if n3 < 0:
         f_acls = None
     else:
         f_acls = []
-        for _ in range(n1):
-            x2, pos = _d_AclDescription_1(data, pos)
-            f_acls.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_AclDescription_1(data, pos)
+            f_acls.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls), pos
 
 
 def _e_DescribeAclsResponse_0(m, buf):
-    buf += _S3.pack(m.throttle_time_ms, m.error_code)
+    buf += _S4.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\xff\xff'
@@ -212,28 +281,37 @@ def _e_DescribeAclsResponse_0(m, buf):
         buf += _S0.pack(len(b1))
         buf += b1
     a3 = m.resources
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_DescribeAclsResource_0(x, buf)
 
 
 def _d_DescribeAclsResponse_0(data, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, False, 'Resources')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, False, 'Resources')
+    if n3 < 0:
         f_resources = None
     else:
         f_resources = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeAclsResource_0(data, pos)
-            f_resources.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DescribeAclsResource_0(data, pos)
+            f_resources.append(x4)
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources), pos
 
 
 def _e_DescribeAclsResponse_1(m, buf):
-    buf += _S3.pack(m.throttle_time_ms, m.error_code)
+    buf += _S4.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\xff\xff'
@@ -242,28 +320,37 @@ def _e_DescribeAclsResponse_1(m, buf):
         buf += _S0.pack(len(b1))
         buf += b1
     a3 = m.resources
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_DescribeAclsResource_1(x, buf)
 
 
 def _d_DescribeAclsResponse_1(data, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, False, 'Resources')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, False, 'Resources')
+    if n3 < 0:
         f_resources = None
     else:
         f_resources = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeAclsResource_1(data, pos)
-            f_resources.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DescribeAclsResource_1(data, pos)
+            f_resources.append(x4)
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources), pos
 
 
 def _e_DescribeAclsResponse_2(m, buf):
-    buf += _S3.pack(m.throttle_time_ms, m.error_code)
+    buf += _S4.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\x00'
@@ -276,28 +363,43 @@ def _e_DescribeAclsResponse_2(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.resources
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeAclsResource_2(x, buf)
     buf.append(0)
 
 
 def _d_DescribeAclsResponse_2(data, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Resources')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Resources')
+    if n3 < 0:
         f_resources = None
     else:
         f_resources = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeAclsResource_2(data, pos)
-            f_resources.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DescribeAclsResource_2(data, pos)
+            f_resources.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources), pos
 
 

@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>b')
-_S2 = struct.Struct('>?')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -60,10 +61,26 @@ def _e_ComponentData_0(m, buf):
 
 
 def _d_ComponentData_0(data, pos):
-    f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
     f_match_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_match, pos = read_string(data, pos, False, True, 'Match')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Match')
+        f_match = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_match, pos = read_string(data, pos, False, True, 'Match')
     return ComponentData(f_entity_type, f_match_type, f_match), pos
 
 
@@ -91,23 +108,43 @@ def _e_ComponentData_1(m, buf):
 
 
 def _d_ComponentData_1(data, pos):
-    f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
     f_match_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_match, pos = read_string(data, pos, True, True, 'Match')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Match')
+        f_match = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_match, pos = read_string(data, pos, True, True, 'Match')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ComponentData(f_entity_type, f_match_type, f_match), pos
 
 
 def _e_DescribeClientQuotasRequest_0(m, buf):
     a1 = m.components
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_ComponentData_0(x, buf)
-    buf += _S2.pack(m.strict)
+    buf += _S3.pack(m.strict)
 
 
 def _d_DescribeClientQuotasRequest_0(data, pos):
@@ -119,17 +156,21 @@ def _d_DescribeClientQuotasRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_ComponentData_0(data, pos)
             f_components.append(x2)
-    f_strict, = _S2.unpack_from(data, pos)
+    f_strict, = _S3.unpack_from(data, pos)
     pos += 1
     return DescribeClientQuotasRequest(f_components, f_strict), pos
 
 
 def _e_DescribeClientQuotasRequest_1(m, buf):
     a1 = m.components
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ComponentData_1(x, buf)
-    buf += _S2.pack(m.strict)
+    buf += _S3.pack(m.strict)
     buf.append(0)
 
 
@@ -142,12 +183,15 @@ def _d_DescribeClientQuotasRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_ComponentData_1(data, pos)
             f_components.append(x2)
-    f_strict, = _S2.unpack_from(data, pos)
+    f_strict, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClientQuotasRequest(f_components, f_strict), pos
 
 

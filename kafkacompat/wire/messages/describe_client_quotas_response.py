@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>d')
-_S2 = struct.Struct('>ih')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>ih')
 
 
 @dataclass(slots=True)
@@ -74,8 +75,24 @@ def _e_EntityData_0(m, buf):
 
 
 def _d_EntityData_0(data, pos):
-    f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, False, False, 'EntityType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, False, True, 'EntityName')
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -102,12 +119,31 @@ def _e_EntityData_1(m, buf):
 
 
 def _d_EntityData_1(data, pos):
-    f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
-    f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('EntityType')
+        f_entity_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_entity_type, pos = read_string(data, pos, True, False, 'EntityType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('EntityName')
+        f_entity_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_entity_name, pos = read_string(data, pos, True, True, 'EntityName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntityData(f_entity_type, f_entity_name), pos
 
 
@@ -119,7 +155,15 @@ def _e_ValueData_0(m, buf):
 
 
 def _d_ValueData_0(data, pos):
-    f_key, pos = read_string(data, pos, False, False, 'Key')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, False, False, 'Key')
     f_value, = _S1.unpack_from(data, pos)
     pos += 8
     return ValueData(f_key, f_value), pos
@@ -138,24 +182,37 @@ def _e_ValueData_1(m, buf):
 
 
 def _d_ValueData_1(data, pos):
-    f_key, pos = read_string(data, pos, True, False, 'Key')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, True, False, 'Key')
     f_value, = _S1.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ValueData(f_key, f_value), pos
 
 
 def _e_EntryData_0(m, buf):
     a1 = m.entity
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_EntityData_0(x, buf)
-    a2 = m.values
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.values
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_ValueData_0(x, buf)
 
 
@@ -181,12 +238,20 @@ def _d_EntryData_0(data, pos):
 
 def _e_EntryData_1(m, buf):
     a1 = m.entity
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_EntityData_1(x, buf)
-    a2 = m.values
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.values
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_ValueData_1(x, buf)
     buf.append(0)
 
@@ -208,15 +273,18 @@ def _d_EntryData_1(data, pos):
         for _ in range(n3):
             x4, pos = _d_ValueData_1(data, pos)
             f_values.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EntryData(f_entity, f_values), pos
 
 
 def _e_DescribeClientQuotasResponse_0(m, buf):
-    buf += _S2.pack(m.throttle_time_ms, m.error_code)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\xff\xff'
@@ -228,28 +296,37 @@ def _e_DescribeClientQuotasResponse_0(m, buf):
     if a3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a3), False)
+        n4 = len(a3)
+        buf += _S2.pack(n4)
         for x in a3:
             _e_EntryData_0(x, buf)
 
 
 def _d_DescribeClientQuotasResponse_0(data, pos):
-    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S3.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, False, True, 'Entries')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, False, True, 'Entries')
+    if n3 < 0:
         f_entries = None
     else:
         f_entries = []
-        for _ in range(n1):
-            x2, pos = _d_EntryData_0(data, pos)
-            f_entries.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_EntryData_0(data, pos)
+            f_entries.append(x4)
     return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries), pos
 
 
 def _e_DescribeClientQuotasResponse_1(m, buf):
-    buf += _S2.pack(m.throttle_time_ms, m.error_code)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\x00'
@@ -265,28 +342,43 @@ def _e_DescribeClientQuotasResponse_1(m, buf):
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             _e_EntryData_1(x, buf)
     buf.append(0)
 
 
 def _d_DescribeClientQuotasResponse_1(data, pos):
-    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S3.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, True, 'Entries')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, True, 'Entries')
+    if n3 < 0:
         f_entries = None
     else:
         f_entries = []
-        for _ in range(n1):
-            x2, pos = _d_EntryData_1(data, pos)
-            f_entries.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_EntryData_1(data, pos)
+            f_entries.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClientQuotasResponse(f_throttle_time_ms, f_error_code, f_error_message, f_entries), pos
 
 

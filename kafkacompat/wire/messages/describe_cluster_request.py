@@ -50,10 +50,13 @@ def _e_DescribeClusterRequest_0(m, buf):
 def _d_DescribeClusterRequest_0(data, pos):
     f_include_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterRequest(f_include_cluster_authorized_operations, 1, False), pos
 
 
@@ -67,10 +70,13 @@ def _e_DescribeClusterRequest_1(m, buf):
 def _d_DescribeClusterRequest_1(data, pos):
     f_include_cluster_authorized_operations, f_endpoint_type, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type, False), pos
 
 
@@ -82,10 +88,13 @@ def _e_DescribeClusterRequest_2(m, buf):
 def _d_DescribeClusterRequest_2(data, pos):
     f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers, = _S2.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers), pos
 
 

@@ -83,14 +83,33 @@ def _e_DescribeClusterBroker_0(m, buf):
 def _d_DescribeClusterBroker_0(data, pos):
     f_broker_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, False), pos
 
 
@@ -122,16 +141,35 @@ def _e_DescribeClusterBroker_1(m, buf):
 def _d_DescribeClusterBroker_1(data, pos):
     f_broker_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
     f_is_fenced, = _S1.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, f_is_fenced), pos
 
 
@@ -159,7 +197,11 @@ def _e_DescribeClusterResponse_0(m, buf):
     buf += b3
     buf += _S0.pack(m.controller_id)
     a5 = m.brokers
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_DescribeClusterBroker_0(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
@@ -169,24 +211,43 @@ def _e_DescribeClusterResponse_0(m, buf):
 def _d_DescribeClusterResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, False, 'Brokers')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Brokers')
+    if n5 < 0:
         f_brokers = None
     else:
         f_brokers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeClusterBroker_0(data, pos)
-            f_brokers.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeClusterBroker_0(data, pos)
+            f_brokers.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
@@ -213,7 +274,11 @@ def _e_DescribeClusterResponse_1(m, buf):
     buf += b3
     buf += _S0.pack(m.controller_id)
     a5 = m.brokers
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_DescribeClusterBroker_0(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
@@ -223,26 +288,45 @@ def _e_DescribeClusterResponse_1(m, buf):
 def _d_DescribeClusterResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_endpoint_type, = _S3.unpack_from(data, pos)
     pos += 1
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, False, 'Brokers')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Brokers')
+    if n5 < 0:
         f_brokers = None
     else:
         f_brokers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeClusterBroker_0(data, pos)
-            f_brokers.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeClusterBroker_0(data, pos)
+            f_brokers.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
@@ -269,7 +353,11 @@ def _e_DescribeClusterResponse_2(m, buf):
     buf += b3
     buf += _S0.pack(m.controller_id)
     a5 = m.brokers
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_DescribeClusterBroker_1(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
@@ -279,26 +367,45 @@ def _e_DescribeClusterResponse_2(m, buf):
 def _d_DescribeClusterResponse_2(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_endpoint_type, = _S3.unpack_from(data, pos)
     pos += 1
-    f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, False, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, False, 'Brokers')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Brokers')
+    if n5 < 0:
         f_brokers = None
     else:
         f_brokers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeClusterBroker_1(data, pos)
-            f_brokers.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeClusterBroker_1(data, pos)
+            f_brokers.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 

@@ -17,8 +17,9 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>b')
 _S1 = struct.Struct('>h')
-_S2 = struct.Struct('>?')
-_S3 = struct.Struct('>??')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>?')
+_S4 = struct.Struct('>??')
 
 
 @dataclass(slots=True)
@@ -56,7 +57,8 @@ def _e_DescribeConfigsResource_0(m, buf):
     if a3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a3), False)
+        n4 = len(a3)
+        buf += _S2.pack(n4)
         for x in a3:
             write_string(buf, x, False)
 
@@ -64,15 +66,23 @@ def _e_DescribeConfigsResource_0(m, buf):
 def _d_DescribeConfigsResource_0(data, pos):
     f_resource_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, True, 'ConfigurationKeys')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n3, pos = read_array_length(data, pos, False, True, 'ConfigurationKeys')
+    if n3 < 0:
         f_configuration_keys = None
     else:
         f_configuration_keys = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, False, False, 'ConfigurationKeys')
-            f_configuration_keys.append(x2)
+        for _ in range(n3):
+            x4, pos = read_string(data, pos, False, False, 'ConfigurationKeys')
+            f_configuration_keys.append(x4)
     return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys), pos
 
 
@@ -89,7 +99,11 @@ def _e_DescribeConfigsResource_1(m, buf):
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             write_string(buf, x, True)
     buf.append(0)
@@ -98,19 +112,30 @@ def _e_DescribeConfigsResource_1(m, buf):
 def _d_DescribeConfigsResource_1(data, pos):
     f_resource_type, = _S0.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, True, True, 'ConfigurationKeys')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    n3, pos = read_array_length(data, pos, True, True, 'ConfigurationKeys')
+    if n3 < 0:
         f_configuration_keys = None
     else:
         f_configuration_keys = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, True, False, 'ConfigurationKeys')
-            f_configuration_keys.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = read_string(data, pos, True, False, 'ConfigurationKeys')
+            f_configuration_keys.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys), pos
 
 
@@ -120,7 +145,8 @@ def _e_DescribeConfigsRequest_0(m, buf):
     if m.include_documentation != False:
         raise unsupported('DescribeConfigsRequest', 'IncludeDocumentation', '3+')
     a1 = m.resources
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DescribeConfigsResource_0(x, buf)
 
@@ -141,10 +167,11 @@ def _e_DescribeConfigsRequest_1(m, buf):
     if m.include_documentation != False:
         raise unsupported('DescribeConfigsRequest', 'IncludeDocumentation', '3+')
     a1 = m.resources
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DescribeConfigsResource_0(x, buf)
-    buf += _S2.pack(m.include_synonyms)
+    buf += _S3.pack(m.include_synonyms)
 
 
 def _d_DescribeConfigsRequest_1(data, pos):
@@ -156,17 +183,18 @@ def _d_DescribeConfigsRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeConfigsResource_0(data, pos)
             f_resources.append(x2)
-    f_include_synonyms, = _S2.unpack_from(data, pos)
+    f_include_synonyms, = _S3.unpack_from(data, pos)
     pos += 1
     return DescribeConfigsRequest(f_resources, f_include_synonyms, False), pos
 
 
 def _e_DescribeConfigsRequest_2(m, buf):
     a1 = m.resources
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DescribeConfigsResource_0(x, buf)
-    buf += _S3.pack(m.include_synonyms, m.include_documentation)
+    buf += _S4.pack(m.include_synonyms, m.include_documentation)
 
 
 def _d_DescribeConfigsRequest_2(data, pos):
@@ -178,17 +206,21 @@ def _d_DescribeConfigsRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeConfigsResource_0(data, pos)
             f_resources.append(x2)
-    f_include_synonyms, f_include_documentation, = _S3.unpack_from(data, pos)
+    f_include_synonyms, f_include_documentation, = _S4.unpack_from(data, pos)
     pos += 2
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), pos
 
 
 def _e_DescribeConfigsRequest_3(m, buf):
     a1 = m.resources
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeConfigsResource_1(x, buf)
-    buf += _S3.pack(m.include_synonyms, m.include_documentation)
+    buf += _S4.pack(m.include_synonyms, m.include_documentation)
     buf.append(0)
 
 
@@ -201,12 +233,15 @@ def _d_DescribeConfigsRequest_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeConfigsResource_1(data, pos)
             f_resources.append(x2)
-    f_include_synonyms, f_include_documentation, = _S3.unpack_from(data, pos)
+    f_include_synonyms, f_include_documentation, = _S4.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), pos
 
 

@@ -99,8 +99,24 @@ def _e_DescribeConfigsSynonym_1(m, buf):
 
 
 def _d_DescribeConfigsSynonym_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     f_source, = _S1.unpack_from(data, pos)
     pos += 1
     return DescribeConfigsSynonym(f_name, f_value, f_source), pos
@@ -130,14 +146,33 @@ def _e_DescribeConfigsSynonym_2(m, buf):
 
 
 def _d_DescribeConfigsSynonym_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_value, pos = read_string(data, pos, True, True, 'Value')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, True, True, 'Value')
     f_source, = _S1.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsSynonym(f_name, f_value, f_source), pos
 
 
@@ -156,8 +191,24 @@ def _e_DescribeConfigsResourceResult_0(m, buf):
 
 
 def _d_DescribeConfigsResourceResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     f_read_only, f_is_default, f_is_sensitive, = _S2.unpack_from(data, pos)
     pos += 3
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, f_is_default, -1, f_is_sensitive, [], 0, ''), pos
@@ -178,24 +229,41 @@ def _e_DescribeConfigsResourceResult_1(m, buf):
         buf += b3
     buf += _S3.pack(m.read_only, m.config_source, m.is_sensitive)
     a5 = m.synonyms
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_DescribeConfigsSynonym_1(x, buf)
 
 
 def _d_DescribeConfigsResourceResult_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     f_read_only, f_config_source, f_is_sensitive, = _S3.unpack_from(data, pos)
     pos += 3
-    n1, pos = read_array_length(data, pos, False, False, 'Synonyms')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Synonyms')
+    if n5 < 0:
         f_synonyms = None
     else:
         f_synonyms = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsSynonym_1(data, pos)
-            f_synonyms.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsSynonym_1(data, pos)
+            f_synonyms.append(x6)
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, 0, ''), pos
 
 
@@ -214,35 +282,60 @@ def _e_DescribeConfigsResourceResult_2(m, buf):
         buf += b3
     buf += _S3.pack(m.read_only, m.config_source, m.is_sensitive)
     a5 = m.synonyms
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_DescribeConfigsSynonym_1(x, buf)
     buf += _S1.pack(m.config_type)
-    s7 = m.documentation
-    if s7 is None:
+    s8 = m.documentation
+    if s8 is None:
         buf += b'\xff\xff'
     else:
-        b6 = s7.encode()
-        buf += _S0.pack(len(b6))
-        buf += b6
+        b7 = s8.encode()
+        buf += _S0.pack(len(b7))
+        buf += b7
 
 
 def _d_DescribeConfigsResourceResult_2(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    f_value, pos = read_string(data, pos, False, True, 'Value')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, False, True, 'Value')
     f_read_only, f_config_source, f_is_sensitive, = _S3.unpack_from(data, pos)
     pos += 3
-    n1, pos = read_array_length(data, pos, False, False, 'Synonyms')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Synonyms')
+    if n5 < 0:
         f_synonyms = None
     else:
         f_synonyms = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsSynonym_1(data, pos)
-            f_synonyms.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsSynonym_1(data, pos)
+            f_synonyms.append(x6)
     f_config_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_documentation, pos = read_string(data, pos, False, True, 'Documentation')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('Documentation')
+        f_documentation = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_documentation, pos = read_string(data, pos, False, True, 'Documentation')
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), pos
 
 
@@ -269,44 +362,75 @@ def _e_DescribeConfigsResourceResult_3(m, buf):
         buf += b3
     buf += _S3.pack(m.read_only, m.config_source, m.is_sensitive)
     a5 = m.synonyms
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_DescribeConfigsSynonym_2(x, buf)
     buf += _S1.pack(m.config_type)
-    s7 = m.documentation
-    if s7 is None:
+    s8 = m.documentation
+    if s8 is None:
         buf += b'\x00'
     else:
-        b6 = s7.encode()
-        b6n = len(b6) + 1
-        if b6n < 128:
-            buf.append(b6n)
+        b7 = s8.encode()
+        b7n = len(b7) + 1
+        if b7n < 128:
+            buf.append(b7n)
         else:
-            write_uvarint(buf, b6n)
-        buf += b6
+            write_uvarint(buf, b7n)
+        buf += b7
     buf.append(0)
 
 
 def _d_DescribeConfigsResourceResult_3(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_value, pos = read_string(data, pos, True, True, 'Value')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Value')
+        f_value = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_value, pos = read_string(data, pos, True, True, 'Value')
     f_read_only, f_config_source, f_is_sensitive, = _S3.unpack_from(data, pos)
     pos += 3
-    n1, pos = read_array_length(data, pos, True, False, 'Synonyms')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Synonyms')
+    if n5 < 0:
         f_synonyms = None
     else:
         f_synonyms = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsSynonym_2(data, pos)
-            f_synonyms.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsSynonym_2(data, pos)
+            f_synonyms.append(x6)
     f_config_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_documentation, pos = read_string(data, pos, True, True, 'Documentation')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('Documentation')
+        f_documentation = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_documentation, pos = read_string(data, pos, True, True, 'Documentation')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, False, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), pos
 
 
@@ -324,7 +448,8 @@ def _e_DescribeConfigsResult_0(m, buf):
     buf += _S0.pack(len(b3))
     buf += b3
     a5 = m.configs
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_DescribeConfigsResourceResult_0(x, buf)
 
@@ -332,18 +457,34 @@ def _e_DescribeConfigsResult_0(m, buf):
 def _d_DescribeConfigsResult_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, False, 'Configs')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n5, pos = read_array_length(data, pos, False, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsResourceResult_0(data, pos)
-            f_configs.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsResourceResult_0(data, pos)
+            f_configs.append(x6)
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -361,7 +502,8 @@ def _e_DescribeConfigsResult_1(m, buf):
     buf += _S0.pack(len(b3))
     buf += b3
     a5 = m.configs
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_DescribeConfigsResourceResult_1(x, buf)
 
@@ -369,18 +511,34 @@ def _e_DescribeConfigsResult_1(m, buf):
 def _d_DescribeConfigsResult_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, False, 'Configs')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n5, pos = read_array_length(data, pos, False, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsResourceResult_1(data, pos)
-            f_configs.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsResourceResult_1(data, pos)
+            f_configs.append(x6)
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -398,7 +556,8 @@ def _e_DescribeConfigsResult_2(m, buf):
     buf += _S0.pack(len(b3))
     buf += b3
     a5 = m.configs
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_DescribeConfigsResourceResult_2(x, buf)
 
@@ -406,18 +565,34 @@ def _e_DescribeConfigsResult_2(m, buf):
 def _d_DescribeConfigsResult_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, False, False, 'Configs')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, False, False, 'ResourceName')
+    n5, pos = read_array_length(data, pos, False, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsResourceResult_2(data, pos)
-            f_configs.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsResourceResult_2(data, pos)
+            f_configs.append(x6)
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -443,7 +618,11 @@ def _e_DescribeConfigsResult_3(m, buf):
         write_uvarint(buf, b3n)
     buf += b3
     a5 = m.configs
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_DescribeConfigsResourceResult_3(x, buf)
     buf.append(0)
@@ -452,29 +631,49 @@ def _e_DescribeConfigsResult_3(m, buf):
 def _d_DescribeConfigsResult_3(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_resource_type, = _S1.unpack_from(data, pos)
     pos += 1
-    f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
-    n1, pos = read_array_length(data, pos, True, False, 'Configs')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ResourceName')
+        f_resource_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_resource_name, pos = read_string(data, pos, True, False, 'ResourceName')
+    n5, pos = read_array_length(data, pos, True, False, 'Configs')
+    if n5 < 0:
         f_configs = None
     else:
         f_configs = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeConfigsResourceResult_3(data, pos)
-            f_configs.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_DescribeConfigsResourceResult_3(data, pos)
+            f_configs.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
 def _e_DescribeConfigsResponse_0(m, buf):
     buf += _S4.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_DescribeConfigsResult_0(x, buf)
 
@@ -496,7 +695,8 @@ def _d_DescribeConfigsResponse_0(data, pos):
 def _e_DescribeConfigsResponse_1(m, buf):
     buf += _S4.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_DescribeConfigsResult_1(x, buf)
 
@@ -518,7 +718,8 @@ def _d_DescribeConfigsResponse_1(data, pos):
 def _e_DescribeConfigsResponse_2(m, buf):
     buf += _S4.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_DescribeConfigsResult_2(x, buf)
 
@@ -540,7 +741,11 @@ def _d_DescribeConfigsResponse_2(data, pos):
 def _e_DescribeConfigsResponse_3(m, buf):
     buf += _S4.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeConfigsResult_3(x, buf)
     buf.append(0)
@@ -557,10 +762,13 @@ def _d_DescribeConfigsResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeConfigsResult_3(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 

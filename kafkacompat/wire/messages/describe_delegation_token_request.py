@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
+_S1 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -51,8 +52,24 @@ def _e_DescribeDelegationTokenOwner_0(m, buf):
 
 
 def _d_DescribeDelegationTokenOwner_0(data, pos):
-    f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
     return DescribeDelegationTokenOwner(f_principal_type, f_principal_name), pos
 
 
@@ -75,12 +92,31 @@ def _e_DescribeDelegationTokenOwner_1(m, buf):
 
 
 def _d_DescribeDelegationTokenOwner_1(data, pos):
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeDelegationTokenOwner(f_principal_type, f_principal_name), pos
 
 
@@ -89,7 +125,8 @@ def _e_DescribeDelegationTokenRequest_0(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S1.pack(n2)
         for x in a1:
             _e_DescribeDelegationTokenOwner_0(x, buf)
 
@@ -111,7 +148,11 @@ def _e_DescribeDelegationTokenRequest_1(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_DescribeDelegationTokenOwner_1(x, buf)
     buf.append(0)
@@ -126,10 +167,13 @@ def _d_DescribeDelegationTokenRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeDelegationTokenOwner_1(data, pos)
             f_owners.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeDelegationTokenRequest(f_owners), pos
 
 

@@ -70,8 +70,24 @@ def _e_DescribedDelegationTokenRenewer_0(m, buf):
 
 
 def _d_DescribedDelegationTokenRenewer_0(data, pos):
-    f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
     return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name), pos
 
 
@@ -94,12 +110,31 @@ def _e_DescribedDelegationTokenRenewer_1(m, buf):
 
 
 def _d_DescribedDelegationTokenRenewer_1(data, pos):
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedDelegationTokenRenewer(f_principal_type, f_principal_name), pos
 
 
@@ -122,26 +157,51 @@ def _e_DescribedDelegationToken_0(m, buf):
     write_length(buf, len(b7), False)
     buf += b7
     a8 = m.renewers
-    write_length(buf, len(a8), False)
+    n9 = len(a8)
+    buf += _S2.pack(n9)
     for x in a8:
         _e_DescribedDelegationTokenRenewer_0(x, buf)
 
 
 def _d_DescribedDelegationToken_0(data, pos):
-    f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, False, False, 'PrincipalType')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, False, False, 'PrincipalName')
     f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, False, False, 'TokenId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_id, pos = read_string(data, pos, False, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, False, False, 'Hmac')
-    n1, pos = read_array_length(data, pos, False, False, 'Renewers')
-    if n1 < 0:
+    n7, pos = read_array_length(data, pos, False, False, 'Renewers')
+    if n7 < 0:
         f_renewers = None
     else:
         f_renewers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedDelegationTokenRenewer_0(data, pos)
-            f_renewers.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_DescribedDelegationTokenRenewer_0(data, pos)
+            f_renewers.append(x8)
     return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers), pos
 
 
@@ -176,31 +236,62 @@ def _e_DescribedDelegationToken_1(m, buf):
     write_length(buf, len(b7), True)
     buf += b7
     a8 = m.renewers
-    write_length(buf, len(a8), True)
+    n9 = len(a8)
+    if n9 < 127:
+        buf.append(n9 + 1)
+    else:
+        write_uvarint(buf, n9 + 1)
     for x in a8:
         _e_DescribedDelegationTokenRenewer_1(x, buf)
     buf.append(0)
 
 
 def _d_DescribedDelegationToken_1(data, pos):
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
     f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, True, False, 'Hmac')
-    n1, pos = read_array_length(data, pos, True, False, 'Renewers')
-    if n1 < 0:
+    n7, pos = read_array_length(data, pos, True, False, 'Renewers')
+    if n7 < 0:
         f_renewers = None
     else:
         f_renewers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedDelegationTokenRenewer_1(data, pos)
-            f_renewers.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = _d_DescribedDelegationTokenRenewer_1(data, pos)
+            f_renewers.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedDelegationToken(f_principal_type, f_principal_name, '', '', f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers), pos
 
 
@@ -245,40 +336,88 @@ def _e_DescribedDelegationToken_2(m, buf):
     write_length(buf, len(b11), True)
     buf += b11
     a12 = m.renewers
-    write_length(buf, len(a12), True)
+    n13 = len(a12)
+    if n13 < 127:
+        buf.append(n13 + 1)
+    else:
+        write_uvarint(buf, n13 + 1)
     for x in a12:
         _e_DescribedDelegationTokenRenewer_1(x, buf)
     buf.append(0)
 
 
 def _d_DescribedDelegationToken_2(data, pos):
-    f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
-    f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
-    f_token_requester_principal_type, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalType')
-    f_token_requester_principal_name, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('PrincipalType')
+        f_principal_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_principal_type, pos = read_string(data, pos, True, False, 'PrincipalType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('PrincipalName')
+        f_principal_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_principal_name, pos = read_string(data, pos, True, False, 'PrincipalName')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('TokenRequesterPrincipalType')
+        f_token_requester_principal_type = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_token_requester_principal_type, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalType')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('TokenRequesterPrincipalName')
+        f_token_requester_principal_name = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_token_requester_principal_name, pos = read_string(data, pos, True, False, 'TokenRequesterPrincipalName')
     f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, = _S1.unpack_from(data, pos)
     pos += 24
-    f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
+    c10 = data[pos]
+    if 0 < c10 < 128:
+        end9 = pos + c10
+        if end9 > len(data):
+            raise truncated('TokenId')
+        f_token_id = str(data[pos + 1:end9], 'utf-8')
+        pos = end9
+    else:
+        f_token_id, pos = read_string(data, pos, True, False, 'TokenId')
     f_hmac, pos = read_bytes(data, pos, True, False, 'Hmac')
-    n1, pos = read_array_length(data, pos, True, False, 'Renewers')
-    if n1 < 0:
+    n11, pos = read_array_length(data, pos, True, False, 'Renewers')
+    if n11 < 0:
         f_renewers = None
     else:
         f_renewers = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedDelegationTokenRenewer_1(data, pos)
-            f_renewers.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n11):
+            x12, pos = _d_DescribedDelegationTokenRenewer_1(data, pos)
+            f_renewers.append(x12)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedDelegationToken(f_principal_type, f_principal_name, f_token_requester_principal_type, f_token_requester_principal_name, f_issue_timestamp, f_expiry_timestamp, f_max_timestamp, f_token_id, f_hmac, f_renewers), pos
 
 
 def _e_DescribeDelegationTokenResponse_0(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.tokens
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DescribedDelegationToken_0(x, buf)
     buf += _S2.pack(m.throttle_time_ms)
@@ -303,7 +442,11 @@ def _d_DescribeDelegationTokenResponse_0(data, pos):
 def _e_DescribeDelegationTokenResponse_1(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.tokens
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribedDelegationToken_1(x, buf)
     buf += _S2.pack(m.throttle_time_ms)
@@ -323,17 +466,24 @@ def _d_DescribeDelegationTokenResponse_1(data, pos):
             f_tokens.append(x2)
     f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms), pos
 
 
 def _e_DescribeDelegationTokenResponse_2(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.tokens
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribedDelegationToken_2(x, buf)
     buf += _S2.pack(m.throttle_time_ms)
@@ -353,10 +503,13 @@ def _d_DescribeDelegationTokenResponse_2(data, pos):
             f_tokens.append(x2)
     f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeDelegationTokenResponse(f_error_code, f_tokens, f_throttle_time_ms), pos
 
 

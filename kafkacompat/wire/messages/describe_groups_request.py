@@ -15,7 +15,8 @@ from kafkacompat.wire.message_runtime import (
     write_uvarint,
 )
 
-_S0 = struct.Struct('>?')
+_S0 = struct.Struct('>i')
+_S1 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -39,7 +40,8 @@ def _e_DescribeGroupsRequest_0(m, buf):
     if m.include_authorized_operations != False:
         raise unsupported('DescribeGroupsRequest', 'IncludeAuthorizedOperations', '3+')
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         write_string(buf, x, False)
 
@@ -58,10 +60,11 @@ def _d_DescribeGroupsRequest_0(data, pos):
 
 def _e_DescribeGroupsRequest_1(m, buf):
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         write_string(buf, x, False)
-    buf += _S0.pack(m.include_authorized_operations)
+    buf += _S1.pack(m.include_authorized_operations)
 
 
 def _d_DescribeGroupsRequest_1(data, pos):
@@ -73,17 +76,21 @@ def _d_DescribeGroupsRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, False, False, 'Groups')
             f_groups.append(x2)
-    f_include_authorized_operations, = _S0.unpack_from(data, pos)
+    f_include_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 1
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations), pos
 
 
 def _e_DescribeGroupsRequest_2(m, buf):
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
-    buf += _S0.pack(m.include_authorized_operations)
+    buf += _S1.pack(m.include_authorized_operations)
     buf.append(0)
 
 
@@ -96,12 +103,15 @@ def _d_DescribeGroupsRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, True, False, 'Groups')
             f_groups.append(x2)
-    f_include_authorized_operations, = _S0.unpack_from(data, pos)
+    f_include_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations), pos
 
 

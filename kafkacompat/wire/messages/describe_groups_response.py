@@ -78,9 +78,33 @@ def _e_DescribedGroupMember_0(m, buf):
 
 
 def _d_DescribedGroupMember_0(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_client_id, pos = read_string(data, pos, False, False, 'ClientId')
-    f_client_host, pos = read_string(data, pos, False, False, 'ClientHost')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClientId')
+        f_client_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_client_id, pos = read_string(data, pos, False, False, 'ClientId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ClientHost')
+        f_client_host = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_client_host, pos = read_string(data, pos, False, False, 'ClientHost')
     f_member_metadata, pos = read_bytes(data, pos, False, False, 'MemberMetadata')
     f_member_assignment, pos = read_bytes(data, pos, False, False, 'MemberAssignment')
     return DescribedGroupMember(f_member_id, None, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
@@ -112,10 +136,42 @@ def _e_DescribedGroupMember_1(m, buf):
 
 
 def _d_DescribedGroupMember_1(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
-    f_client_id, pos = read_string(data, pos, False, False, 'ClientId')
-    f_client_host, pos = read_string(data, pos, False, False, 'ClientHost')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ClientId')
+        f_client_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_client_id, pos = read_string(data, pos, False, False, 'ClientId')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('ClientHost')
+        f_client_host = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_client_host, pos = read_string(data, pos, False, False, 'ClientHost')
     f_member_metadata, pos = read_bytes(data, pos, False, False, 'MemberMetadata')
     f_member_assignment, pos = read_bytes(data, pos, False, False, 'MemberAssignment')
     return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
@@ -164,16 +220,51 @@ def _e_DescribedGroupMember_2(m, buf):
 
 
 def _d_DescribedGroupMember_2(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    f_client_id, pos = read_string(data, pos, True, False, 'ClientId')
-    f_client_host, pos = read_string(data, pos, True, False, 'ClientHost')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('ClientId')
+        f_client_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_client_id, pos = read_string(data, pos, True, False, 'ClientId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ClientHost')
+        f_client_host = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_client_host, pos = read_string(data, pos, True, False, 'ClientHost')
     f_member_metadata, pos = read_bytes(data, pos, True, False, 'MemberMetadata')
     f_member_assignment, pos = read_bytes(data, pos, True, False, 'MemberAssignment')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
 
 
@@ -194,7 +285,8 @@ def _e_DescribedGroup_0(m, buf):
     buf += _S0.pack(len(b7))
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), False)
+    n10 = len(a9)
+    buf += _S1.pack(n10)
     for x in a9:
         _e_DescribedGroupMember_0(x, buf)
 
@@ -202,18 +294,50 @@ def _e_DescribedGroup_0(m, buf):
 def _d_DescribedGroup_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('ProtocolData')
+        f_protocol_data = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
+    n9, pos = read_array_length(data, pos, False, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedGroupMember_0(data, pos)
-            f_members.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_DescribedGroupMember_0(data, pos)
+            f_members.append(x10)
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648), pos
 
 
@@ -232,7 +356,8 @@ def _e_DescribedGroup_1(m, buf):
     buf += _S0.pack(len(b7))
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), False)
+    n10 = len(a9)
+    buf += _S1.pack(n10)
     for x in a9:
         _e_DescribedGroupMember_0(x, buf)
     buf += _S1.pack(m.authorized_operations)
@@ -241,18 +366,50 @@ def _e_DescribedGroup_1(m, buf):
 def _d_DescribedGroup_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('ProtocolData')
+        f_protocol_data = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
+    n9, pos = read_array_length(data, pos, False, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedGroupMember_0(data, pos)
-            f_members.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_DescribedGroupMember_0(data, pos)
+            f_members.append(x10)
     f_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 4
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
@@ -273,7 +430,8 @@ def _e_DescribedGroup_2(m, buf):
     buf += _S0.pack(len(b7))
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), False)
+    n10 = len(a9)
+    buf += _S1.pack(n10)
     for x in a9:
         _e_DescribedGroupMember_1(x, buf)
     buf += _S1.pack(m.authorized_operations)
@@ -282,18 +440,50 @@ def _e_DescribedGroup_2(m, buf):
 def _d_DescribedGroup_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_state, pos = read_string(data, pos, False, False, 'GroupState')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('ProtocolData')
+        f_protocol_data = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_data, pos = read_string(data, pos, False, False, 'ProtocolData')
+    n9, pos = read_array_length(data, pos, False, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedGroupMember_1(data, pos)
-            f_members.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_DescribedGroupMember_1(data, pos)
+            f_members.append(x10)
     f_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 4
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
@@ -330,7 +520,11 @@ def _e_DescribedGroup_3(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_DescribedGroupMember_2(x, buf)
     buf += _S1.pack(m.authorized_operations)
@@ -340,30 +534,66 @@ def _e_DescribedGroup_3(m, buf):
 def _d_DescribedGroup_3(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    f_protocol_data, pos = read_string(data, pos, True, False, 'ProtocolData')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ProtocolData')
+        f_protocol_data = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_data, pos = read_string(data, pos, True, False, 'ProtocolData')
+    n9, pos = read_array_length(data, pos, True, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_DescribedGroupMember_2(data, pos)
-            f_members.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_DescribedGroupMember_2(data, pos)
+            f_members.append(x10)
     f_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
 def _e_DescribeGroupsResponse_0(m, buf):
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DescribedGroup_0(x, buf)
 
@@ -383,7 +613,8 @@ def _d_DescribeGroupsResponse_0(data, pos):
 def _e_DescribeGroupsResponse_1(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DescribedGroup_0(x, buf)
 
@@ -405,7 +636,8 @@ def _d_DescribeGroupsResponse_1(data, pos):
 def _e_DescribeGroupsResponse_2(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DescribedGroup_1(x, buf)
 
@@ -427,7 +659,8 @@ def _d_DescribeGroupsResponse_2(data, pos):
 def _e_DescribeGroupsResponse_3(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_DescribedGroup_2(x, buf)
 
@@ -449,7 +682,11 @@ def _d_DescribeGroupsResponse_3(data, pos):
 def _e_DescribeGroupsResponse_4(m, buf):
     buf += _S1.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribedGroup_3(x, buf)
     buf.append(0)
@@ -466,10 +703,13 @@ def _d_DescribeGroupsResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribedGroup_3(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 

@@ -16,6 +16,8 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
+_S1 = struct.Struct('>i')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -46,17 +48,26 @@ def _e_DescribableLogDirTopic_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_DescribableLogDirTopic_0(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
     return DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
@@ -69,22 +80,37 @@ def _e_DescribableLogDirTopic_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_DescribableLogDirTopic_1(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
@@ -93,7 +119,8 @@ def _e_DescribeLogDirsRequest_0(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S1.pack(n2)
         for x in a1:
             _e_DescribableLogDirTopic_0(x, buf)
 
@@ -115,7 +142,11 @@ def _e_DescribeLogDirsRequest_1(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_DescribableLogDirTopic_1(x, buf)
     buf.append(0)
@@ -130,10 +161,13 @@ def _d_DescribeLogDirsRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribableLogDirTopic_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsRequest(f_topics), pos
 
 

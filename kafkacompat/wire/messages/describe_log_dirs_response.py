@@ -17,8 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>iqq?')
 _S1 = struct.Struct('>h')
-_S2 = struct.Struct('>qq')
-_S3 = struct.Struct('>i')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>qq')
 _S4 = struct.Struct('>ih')
 
 
@@ -84,10 +84,13 @@ def _e_DescribeLogDirsPartition_1(m, buf):
 def _d_DescribeLogDirsPartition_1(data, pos):
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, = _S0.unpack_from(data, pos)
     pos += 21
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key), pos
 
 
@@ -96,21 +99,30 @@ def _e_DescribeLogDirsTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_DescribeLogDirsPartition_0(x, buf)
 
 
 def _d_DescribeLogDirsTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeLogDirsPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsPartition_0(data, pos)
+            f_partitions.append(x4)
     return DescribeLogDirsTopic(f_name, f_partitions), pos
 
 
@@ -123,26 +135,41 @@ def _e_DescribeLogDirsTopic_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeLogDirsPartition_1(x, buf)
     buf.append(0)
 
 
 def _d_DescribeLogDirsTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeLogDirsPartition_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsPartition_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsTopic(f_name, f_partitions), pos
 
 
@@ -152,7 +179,8 @@ def _e_DescribeLogDirsResult_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_DescribeLogDirsTopic_0(x, buf)
 
@@ -160,15 +188,23 @@ def _e_DescribeLogDirsResult_0(m, buf):
 def _d_DescribeLogDirsResult_0(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_log_dir, pos = read_string(data, pos, False, False, 'LogDir')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('LogDir')
+        f_log_dir = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_log_dir, pos = read_string(data, pos, False, False, 'LogDir')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeLogDirsTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsTopic_0(data, pos)
+            f_topics.append(x4)
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
 
 
@@ -182,7 +218,11 @@ def _e_DescribeLogDirsResult_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeLogDirsTopic_1(x, buf)
     buf.append(0)
@@ -191,19 +231,30 @@ def _e_DescribeLogDirsResult_1(m, buf):
 def _d_DescribeLogDirsResult_1(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_log_dir, pos = read_string(data, pos, True, False, 'LogDir')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('LogDir')
+        f_log_dir = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_log_dir, pos = read_string(data, pos, True, False, 'LogDir')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeLogDirsTopic_1(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsTopic_1(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
 
 
@@ -217,44 +268,60 @@ def _e_DescribeLogDirsResult_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeLogDirsTopic_1(x, buf)
-    buf += _S2.pack(m.total_bytes, m.usable_bytes)
+    buf += _S3.pack(m.total_bytes, m.usable_bytes)
     buf.append(0)
 
 
 def _d_DescribeLogDirsResult_2(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_log_dir, pos = read_string(data, pos, True, False, 'LogDir')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('LogDir')
+        f_log_dir = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_log_dir, pos = read_string(data, pos, True, False, 'LogDir')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeLogDirsTopic_1(data, pos)
-            f_topics.append(x2)
-    f_total_bytes, f_usable_bytes, = _S2.unpack_from(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsTopic_1(data, pos)
+            f_topics.append(x4)
+    f_total_bytes, f_usable_bytes, = _S3.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes), pos
 
 
 def _e_DescribeLogDirsResponse_0(m, buf):
-    buf += _S3.pack(m.throttle_time_ms)
+    buf += _S2.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_DescribeLogDirsResult_0(x, buf)
 
 
 def _d_DescribeLogDirsResponse_0(data, pos):
-    f_throttle_time_ms, = _S3.unpack_from(data, pos)
+    f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Results')
     if n1 < 0:
@@ -268,16 +335,20 @@ def _d_DescribeLogDirsResponse_0(data, pos):
 
 
 def _e_DescribeLogDirsResponse_1(m, buf):
-    buf += _S3.pack(m.throttle_time_ms)
+    buf += _S2.pack(m.throttle_time_ms)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeLogDirsResult_1(x, buf)
     buf.append(0)
 
 
 def _d_DescribeLogDirsResponse_1(data, pos):
-    f_throttle_time_ms, = _S3.unpack_from(data, pos)
+    f_throttle_time_ms, = _S2.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, True, False, 'Results')
     if n1 < 0:
@@ -287,17 +358,24 @@ def _d_DescribeLogDirsResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeLogDirsResult_1(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results), pos
 
 
 def _e_DescribeLogDirsResponse_2(m, buf):
     buf += _S4.pack(m.throttle_time_ms, m.error_code)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeLogDirsResult_1(x, buf)
     buf.append(0)
@@ -314,17 +392,24 @@ def _d_DescribeLogDirsResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeLogDirsResult_1(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
 def _e_DescribeLogDirsResponse_3(m, buf):
     buf += _S4.pack(m.throttle_time_ms, m.error_code)
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeLogDirsResult_2(x, buf)
     buf.append(0)
@@ -341,10 +426,13 @@ def _d_DescribeLogDirsResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribeLogDirsResult_2(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 

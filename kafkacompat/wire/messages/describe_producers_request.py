@@ -15,6 +15,7 @@ from kafkacompat.wire.message_runtime import (
     write_uvarint,
 )
 
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -49,28 +50,47 @@ def _e_TopicRequest_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_TopicRequest_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicRequest(f_name, f_partition_indexes), pos
 
 
 def _e_DescribeProducersRequest_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicRequest_0(x, buf)
     buf.append(0)
@@ -85,10 +105,13 @@ def _d_DescribeProducersRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicRequest_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeProducersRequest(f_topics), pos
 
 

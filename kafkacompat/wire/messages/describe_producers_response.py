@@ -72,10 +72,13 @@ def _e_ProducerState_0(m, buf):
 def _d_ProducerState_0(data, pos):
     f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, = _S0.unpack_from(data, pos)
     pos += 36
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ProducerState(f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset), pos
 
 
@@ -93,7 +96,11 @@ def _e_PartitionResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.active_producers
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ProducerState_0(x, buf)
     buf.append(0)
@@ -102,19 +109,30 @@ def _e_PartitionResponse_0(m, buf):
 def _d_PartitionResponse_0(data, pos):
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'ActiveProducers')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'ActiveProducers')
+    if n3 < 0:
         f_active_producers = None
     else:
         f_active_producers = []
-        for _ in range(n1):
-            x2, pos = _d_ProducerState_0(data, pos)
-            f_active_producers.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_ProducerState_0(data, pos)
+            f_active_producers.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers), pos
 
 
@@ -127,33 +145,52 @@ def _e_TopicResponse_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionResponse_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicResponse_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionResponse_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionResponse_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicResponse(f_name, f_partitions), pos
 
 
 def _e_DescribeProducersResponse_0(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicResponse_0(x, buf)
     buf.append(0)
@@ -170,10 +207,13 @@ def _d_DescribeProducersResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicResponse_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeProducersResponse(f_throttle_time_ms, f_topics), pos
 
 

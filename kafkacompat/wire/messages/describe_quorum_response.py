@@ -100,10 +100,13 @@ def _e_ReplicaState_0(m, buf):
 def _d_ReplicaState_0(data, pos):
     f_replica_id, f_log_end_offset, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, -1, -1), pos
 
 
@@ -117,10 +120,13 @@ def _e_ReplicaState_1(m, buf):
 def _d_ReplicaState_1(data, pos):
     f_replica_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, = _S1.unpack_from(data, pos)
     pos += 28
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaState(f_replica_id, ZERO_UUID, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp), pos
 
 
@@ -137,22 +143,33 @@ def _d_ReplicaState_2(data, pos):
     f_replica_directory_id, pos = read_uuid(data, pos)
     f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp, = _S3.unpack_from(data, pos)
     pos += 24
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaState(f_replica_id, f_replica_directory_id, f_log_end_offset, f_last_fetch_timestamp, f_last_caught_up_timestamp), pos
 
 
 def _e_PartitionData_0(m, buf):
     buf += _S4.pack(m.partition_index, m.error_code, m.leader_id, m.leader_epoch, m.high_watermark)
     a1 = m.current_voters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReplicaState_0(x, buf)
-    a2 = m.observers
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.observers
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_ReplicaState_0(x, buf)
     buf.append(0)
 
@@ -176,22 +193,33 @@ def _d_PartitionData_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_ReplicaState_0(data, pos)
             f_observers.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers), pos
 
 
 def _e_PartitionData_1(m, buf):
     buf += _S4.pack(m.partition_index, m.error_code, m.leader_id, m.leader_epoch, m.high_watermark)
     a1 = m.current_voters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReplicaState_1(x, buf)
-    a2 = m.observers
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.observers
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_ReplicaState_1(x, buf)
     buf.append(0)
 
@@ -215,10 +243,13 @@ def _d_PartitionData_1(data, pos):
         for _ in range(n3):
             x4, pos = _d_ReplicaState_1(data, pos)
             f_observers.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, '', f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers), pos
 
 
@@ -237,12 +268,20 @@ def _e_PartitionData_2(m, buf):
         buf += b1
     buf += _S6.pack(m.leader_id, m.leader_epoch, m.high_watermark)
     a3 = m.current_voters
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ReplicaState_2(x, buf)
-    a4 = m.observers
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.observers
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_ReplicaState_2(x, buf)
     buf.append(0)
 
@@ -250,29 +289,40 @@ def _e_PartitionData_2(m, buf):
 def _d_PartitionData_2(data, pos):
     f_partition_index, f_error_code, = _S5.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_leader_id, f_leader_epoch, f_high_watermark, = _S6.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, True, False, 'CurrentVoters')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'CurrentVoters')
+    if n3 < 0:
         f_current_voters = None
     else:
         f_current_voters = []
-        for _ in range(n1):
-            x2, pos = _d_ReplicaState_2(data, pos)
-            f_current_voters.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Observers')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_ReplicaState_2(data, pos)
+            f_current_voters.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Observers')
+    if n5 < 0:
         f_observers = None
     else:
         f_observers = []
-        for _ in range(n3):
-            x4, pos = _d_ReplicaState_2(data, pos)
-            f_observers.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_ReplicaState_2(data, pos)
+            f_observers.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_leader_id, f_leader_epoch, f_high_watermark, f_current_voters, f_observers), pos
 
 
@@ -285,26 +335,41 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -317,26 +382,41 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -349,26 +429,41 @@ def _e_TopicData_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_2(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_2(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_2(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -383,10 +478,13 @@ def _e_Listener_0(m, buf):
 
 
 def _d_Listener_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener('', '', 0), pos
 
 
@@ -410,14 +508,33 @@ def _e_Listener_1(m, buf):
 
 
 def _d_Listener_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S7.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener(f_name, f_host, f_port), pos
 
 
@@ -430,17 +547,24 @@ def _e_Node_0(m, buf):
 
 
 def _d_Node_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Node(0, []), pos
 
 
 def _e_Node_1(m, buf):
     buf += _S2.pack(m.node_id)
     a1 = m.listeners
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_Listener_1(x, buf)
     buf.append(0)
@@ -457,10 +581,13 @@ def _d_Node_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_Listener_1(data, pos)
             f_listeners.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Node(f_node_id, f_listeners), pos
 
 
@@ -469,7 +596,11 @@ def _e_DescribeQuorumResponse_0(m, buf):
         raise unsupported('DescribeQuorumResponse', 'Nodes', '2+')
     buf += _S8.pack(m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -486,10 +617,13 @@ def _d_DescribeQuorumResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeQuorumResponse(f_error_code, '', f_topics, []), pos
 
 
@@ -498,7 +632,11 @@ def _e_DescribeQuorumResponse_1(m, buf):
         raise unsupported('DescribeQuorumResponse', 'Nodes', '2+')
     buf += _S8.pack(m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_1(x, buf)
     buf.append(0)
@@ -515,10 +653,13 @@ def _d_DescribeQuorumResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeQuorumResponse(f_error_code, '', f_topics, []), pos
 
 
@@ -536,12 +677,20 @@ def _e_DescribeQuorumResponse_2(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicData_2(x, buf)
-    a4 = m.nodes
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.nodes
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_Node_1(x, buf)
     buf.append(0)
 
@@ -549,27 +698,38 @@ def _e_DescribeQuorumResponse_2(m, buf):
 def _d_DescribeQuorumResponse_2(data, pos):
     f_error_code, = _S8.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_2(data, pos)
-            f_topics.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'Nodes')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_TopicData_2(data, pos)
+            f_topics.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'Nodes')
+    if n5 < 0:
         f_nodes = None
     else:
         f_nodes = []
-        for _ in range(n3):
-            x4, pos = _d_Node_1(data, pos)
-            f_nodes.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_Node_1(data, pos)
+            f_nodes.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeQuorumResponse(f_error_code, f_error_message, f_topics, f_nodes), pos
 
 

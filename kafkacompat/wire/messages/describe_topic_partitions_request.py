@@ -61,11 +61,22 @@ def _e_TopicRequest_0(m, buf):
 
 
 def _d_TopicRequest_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicRequest(f_name), pos
 
 
@@ -82,28 +93,43 @@ def _e_Cursor_0(m, buf):
 
 
 def _d_Cursor_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_partition_index, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Cursor(f_topic_name, f_partition_index), pos
 
 
 def _e_DescribeTopicPartitionsRequest_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicRequest_0(x, buf)
     buf += _S0.pack(m.response_partition_limit)
-    s2 = m.cursor
-    if s2 is None:
+    s3 = m.cursor
+    if s3 is None:
         buf.append(255)
     else:
         buf.append(1)
-        _e_Cursor_0(s2, buf)
+        _e_Cursor_0(s3, buf)
     buf.append(0)
 
 
@@ -123,10 +149,13 @@ def _d_DescribeTopicPartitionsRequest_0(data, pos):
         pos += 1
     else:
         f_cursor, pos = _d_Cursor_0(data, pos + 1)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTopicPartitionsRequest(f_topics, f_response_partition_limit, f_cursor), pos
 
 

@@ -19,6 +19,7 @@ _S0 = struct.Struct('>hiii')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>?')
 _S3 = struct.Struct('>i')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -74,26 +75,46 @@ DescribeTopicPartitionsResponse.Cursor = Cursor  # type: ignore[attr-defined]
 def _e_DescribeTopicPartitionsResponsePartition_0(m, buf):
     buf += _S0.pack(m.error_code, m.partition_index, m.leader_id, m.leader_epoch)
     a1 = m.replica_nodes
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.isr_nodes
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.eligible_leader_replicas
-    if a3 is None:
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.isr_nodes
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.eligible_leader_replicas
+    if a5 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
-        buf += struct.pack(f'>{len(a3)}i', *a3)
-    a4 = m.last_known_elr
-    if a4 is None:
+        n6 = len(a5)
+        if n6 < 127:
+            buf.append(n6 + 1)
+        else:
+            write_uvarint(buf, n6 + 1)
+        buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
+    a7 = m.last_known_elr
+    if a7 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a4), True)
-        buf += struct.pack(f'>{len(a4)}i', *a4)
-    a5 = m.offline_replicas
-    write_length(buf, len(a5), True)
-    buf += struct.pack(f'>{len(a5)}i', *a5)
+        n8 = len(a7)
+        if n8 < 127:
+            buf.append(n8 + 1)
+        else:
+            write_uvarint(buf, n8 + 1)
+        buf += (_Ai[n8] if n8 < 64 else struct.Struct(f'>{n8}i')).pack(*a7)
+    a9 = m.offline_replicas
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
+    buf += (_Ai[n10] if n10 < 64 else struct.Struct(f'>{n10}i')).pack(*a9)
     buf.append(0)
 
 
@@ -125,10 +146,13 @@ def _d_DescribeTopicPartitionsResponsePartition_0(data, pos):
         f_offline_replicas = None
     else:
         f_offline_replicas, pos = read_fixed_array(data, pos, 'i', 4, n5, 'OfflineReplicas')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTopicPartitionsResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_eligible_leader_replicas, f_last_known_elr, f_offline_replicas), pos
 
 
@@ -148,7 +172,11 @@ def _e_DescribeTopicPartitionsResponseTopic_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     buf += _S2.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeTopicPartitionsResponsePartition_0(x, buf)
     buf += _S3.pack(m.topic_authorized_operations)
@@ -158,24 +186,35 @@ def _e_DescribeTopicPartitionsResponseTopic_0(m, buf):
 def _d_DescribeTopicPartitionsResponseTopic_0(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, True, True, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, True, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
     f_is_internal, = _S2.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeTopicPartitionsResponsePartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_DescribeTopicPartitionsResponsePartition_0(data, pos)
+            f_partitions.append(x4)
     f_topic_authorized_operations, = _S3.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -192,28 +231,43 @@ def _e_Cursor_0(m, buf):
 
 
 def _d_Cursor_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_partition_index, = _S3.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Cursor(f_topic_name, f_partition_index), pos
 
 
 def _e_DescribeTopicPartitionsResponse_0(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribeTopicPartitionsResponseTopic_0(x, buf)
-    s2 = m.next_cursor
-    if s2 is None:
+    s3 = m.next_cursor
+    if s3 is None:
         buf.append(255)
     else:
         buf.append(1)
-        _e_Cursor_0(s2, buf)
+        _e_Cursor_0(s3, buf)
     buf.append(0)
 
 
@@ -233,10 +287,13 @@ def _d_DescribeTopicPartitionsResponse_0(data, pos):
         pos += 1
     else:
         f_next_cursor, pos = _d_Cursor_0(data, pos + 1)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTopicPartitionsResponse(f_throttle_time_ms, f_topics, f_next_cursor), pos
 
 

@@ -35,7 +35,11 @@ class DescribeTransactionsRequest:
 
 def _e_DescribeTransactionsRequest_0(m, buf):
     a1 = m.transactional_ids
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf.append(0)
@@ -50,10 +54,13 @@ def _d_DescribeTransactionsRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, True, False, 'TransactionalIds')
             f_transactional_ids.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTransactionsRequest(f_transactional_ids), pos
 
 

@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>iqqh')
 _S2 = struct.Struct('>i')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -66,22 +67,37 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic, f_partitions), pos
 
 
@@ -103,7 +119,11 @@ def _e_TransactionState_0(m, buf):
     buf += b3
     buf += _S1.pack(m.transaction_timeout_ms, m.transaction_start_time_ms, m.producer_id, m.producer_epoch)
     a5 = m.topics
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -112,29 +132,52 @@ def _e_TransactionState_0(m, buf):
 def _d_TransactionState_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
-    f_transaction_state, pos = read_string(data, pos, True, False, 'TransactionState')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('TransactionState')
+        f_transaction_state = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_transaction_state, pos = read_string(data, pos, True, False, 'TransactionState')
     f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, = _S1.unpack_from(data, pos)
     pos += 22
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_0(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_TopicData_0(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics), pos
 
 
 def _e_DescribeTransactionsResponse_0(m, buf):
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.transaction_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TransactionState_0(x, buf)
     buf.append(0)
@@ -151,10 +194,13 @@ def _d_DescribeTransactionsResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TransactionState_0(data, pos)
             f_transaction_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeTransactionsResponse(f_throttle_time_ms, f_transaction_states), pos
 
 

@@ -51,11 +51,22 @@ def _e_UserName_0(m, buf):
 
 
 def _d_UserName_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UserName(f_name), pos
 
 
@@ -64,7 +75,11 @@ def _e_DescribeUserScramCredentialsRequest_0(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_UserName_0(x, buf)
     buf.append(0)
@@ -79,10 +94,13 @@ def _d_DescribeUserScramCredentialsRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_UserName_0(data, pos)
             f_users.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeUserScramCredentialsRequest(f_users), pos
 
 

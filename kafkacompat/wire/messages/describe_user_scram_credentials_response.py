@@ -63,10 +63,13 @@ def _e_CredentialInfo_0(m, buf):
 def _d_CredentialInfo_0(data, pos):
     f_mechanism, f_iterations, = _S0.unpack_from(data, pos)
     pos += 5
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CredentialInfo(f_mechanism, f_iterations), pos
 
 
@@ -91,29 +94,52 @@ def _e_DescribeUserScramCredentialsResult_0(m, buf):
             write_uvarint(buf, b3n)
         buf += b3
     a5 = m.credential_infos
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_CredentialInfo_0(x, buf)
     buf.append(0)
 
 
 def _d_DescribeUserScramCredentialsResult_0(data, pos):
-    f_user, pos = read_string(data, pos, True, False, 'User')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('User')
+        f_user = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_user, pos = read_string(data, pos, True, False, 'User')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'CredentialInfos')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n5, pos = read_array_length(data, pos, True, False, 'CredentialInfos')
+    if n5 < 0:
         f_credential_infos = None
     else:
         f_credential_infos = []
-        for _ in range(n1):
-            x2, pos = _d_CredentialInfo_0(data, pos)
-            f_credential_infos.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_CredentialInfo_0(data, pos)
+            f_credential_infos.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeUserScramCredentialsResult(f_user, f_error_code, f_error_message, f_credential_infos), pos
 
 
@@ -131,7 +157,11 @@ def _e_DescribeUserScramCredentialsResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.results
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeUserScramCredentialsResult_0(x, buf)
     buf.append(0)
@@ -140,19 +170,30 @@ def _e_DescribeUserScramCredentialsResponse_0(m, buf):
 def _d_DescribeUserScramCredentialsResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Results')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Results')
+    if n3 < 0:
         f_results = None
     else:
         f_results = []
-        for _ in range(n1):
-            x2, pos = _d_DescribeUserScramCredentialsResult_0(data, pos)
-            f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_DescribeUserScramCredentialsResult_0(data, pos)
+            f_results.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribeUserScramCredentialsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results), pos
 
 

@@ -67,7 +67,15 @@ def _e_PartitionResult_0(m, buf):
 def _d_PartitionResult_0(data, pos):
     f_partition_id, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     return PartitionResult(f_partition_id, f_error_code, f_error_message), pos
 
 
@@ -90,11 +98,22 @@ def _e_PartitionResult_1(m, buf):
 def _d_PartitionResult_1(data, pos):
     f_partition_id, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionResult(f_partition_id, f_error_code, f_error_message), pos
 
 
@@ -103,21 +122,30 @@ def _e_ReplicaElectionResult_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_result
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_PartitionResult_0(x, buf)
 
 
 def _d_ReplicaElectionResult_0(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionResult')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionResult')
+    if n3 < 0:
         f_partition_result = None
     else:
         f_partition_result = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionResult_0(data, pos)
-            f_partition_result.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionResult_0(data, pos)
+            f_partition_result.append(x4)
     return ReplicaElectionResult(f_topic, f_partition_result), pos
 
 
@@ -130,26 +158,41 @@ def _e_ReplicaElectionResult_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_result
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionResult_1(x, buf)
     buf.append(0)
 
 
 def _d_ReplicaElectionResult_1(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionResult')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionResult')
+    if n3 < 0:
         f_partition_result = None
     else:
         f_partition_result = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionResult_1(data, pos)
-            f_partition_result.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionResult_1(data, pos)
+            f_partition_result.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaElectionResult(f_topic, f_partition_result), pos
 
 
@@ -158,7 +201,8 @@ def _e_ElectLeadersResponse_0(m, buf):
         raise unsupported('ElectLeadersResponse', 'ErrorCode', '1+')
     buf += _S2.pack(m.throttle_time_ms)
     a1 = m.replica_election_results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_ReplicaElectionResult_0(x, buf)
 
@@ -180,7 +224,8 @@ def _d_ElectLeadersResponse_0(data, pos):
 def _e_ElectLeadersResponse_1(m, buf):
     buf += _S0.pack(m.throttle_time_ms, m.error_code)
     a1 = m.replica_election_results
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_ReplicaElectionResult_0(x, buf)
 
@@ -202,7 +247,11 @@ def _d_ElectLeadersResponse_1(data, pos):
 def _e_ElectLeadersResponse_2(m, buf):
     buf += _S0.pack(m.throttle_time_ms, m.error_code)
     a1 = m.replica_election_results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReplicaElectionResult_1(x, buf)
     buf.append(0)
@@ -219,10 +268,13 @@ def _d_ElectLeadersResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_ReplicaElectionResult_1(data, pos)
             f_replica_election_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results), pos
 
 

@@ -19,6 +19,7 @@ _S0 = struct.Struct('>i')
 _S1 = struct.Struct('>iii')
 _S2 = struct.Struct('>h')
 _S3 = struct.Struct('>H')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -92,18 +93,22 @@ def _d_ReplicaInfo_1(data, pos):
     f_candidate_id, = _S0.unpack_from(data, pos)
     pos += 4
     f_candidate_directory_id, pos = read_uuid(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaInfo(f_candidate_id, f_candidate_directory_id), pos
 
 
 def _e_PartitionData_0(m, buf):
     buf += _S1.pack(m.partition_index, m.leader_id, m.leader_epoch)
     a1 = m.preferred_successors
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
 
 
 def _d_PartitionData_0(data, pos):
@@ -120,7 +125,11 @@ def _d_PartitionData_0(data, pos):
 def _e_PartitionData_1(m, buf):
     buf += _S1.pack(m.partition_index, m.leader_id, m.leader_epoch)
     a1 = m.preferred_candidates
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReplicaInfo_1(x, buf)
     buf.append(0)
@@ -137,10 +146,13 @@ def _d_PartitionData_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_ReplicaInfo_1(data, pos)
             f_preferred_candidates.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_leader_id, f_leader_epoch, [], f_preferred_candidates), pos
 
 
@@ -149,21 +161,30 @@ def _e_TopicData_0(m, buf):
     buf += _S2.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionData_0(x, buf)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S2.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -176,26 +197,41 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -232,14 +268,33 @@ def _e_LeaderEndpoint_1(m, buf):
 
 
 def _d_LeaderEndpoint_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S3.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderEndpoint(f_name, f_host, f_port), pos
 
 
@@ -252,21 +307,30 @@ def _e_EndQuorumEpochRequest_0(m, buf):
         buf += _S2.pack(len(b1))
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_TopicData_0(x, buf)
 
 
 def _d_EndQuorumEpochRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S2.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_TopicData_0(data, pos)
+            f_topics.append(x4)
     return EndQuorumEpochRequest(f_cluster_id, f_topics, []), pos
 
 
@@ -283,38 +347,57 @@ def _e_EndQuorumEpochRequest_1(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicData_1(x, buf)
-    a4 = m.leader_endpoints
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.leader_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_LeaderEndpoint_1(x, buf)
     buf.append(0)
 
 
 def _d_EndQuorumEpochRequest_1(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_1(data, pos)
-            f_topics.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'LeaderEndpoints')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_TopicData_1(data, pos)
+            f_topics.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'LeaderEndpoints')
+    if n5 < 0:
         f_leader_endpoints = None
     else:
         f_leader_endpoints = []
-        for _ in range(n3):
-            x4, pos = _d_LeaderEndpoint_1(data, pos)
-            f_leader_endpoints.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_LeaderEndpoint_1(data, pos)
+            f_leader_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EndQuorumEpochRequest(f_cluster_id, f_topics, f_leader_endpoints), pos
 
 

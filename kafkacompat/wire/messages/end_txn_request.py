@@ -46,7 +46,15 @@ def _e_EndTxnRequest_0(m, buf):
 
 
 def _d_EndTxnRequest_0(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
     f_producer_id, f_producer_epoch, f_committed, = _S1.unpack_from(data, pos)
     pos += 11
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed), pos
@@ -65,13 +73,24 @@ def _e_EndTxnRequest_1(m, buf):
 
 
 def _d_EndTxnRequest_1(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
     f_producer_id, f_producer_epoch, f_committed, = _S1.unpack_from(data, pos)
     pos += 11
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed), pos
 
 

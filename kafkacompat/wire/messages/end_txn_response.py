@@ -56,10 +56,13 @@ def _e_EndTxnResponse_1(m, buf):
 def _d_EndTxnResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EndTxnResponse(f_throttle_time_ms, f_error_code, -1, -1), pos
 
 
@@ -71,10 +74,13 @@ def _e_EndTxnResponse_2(m, buf):
 def _d_EndTxnResponse_2(data, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S1.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EndTxnResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
 
 

@@ -55,10 +55,13 @@ def _d_EnvelopeRequest_0(data, pos):
     f_request_data, pos = read_bytes(data, pos, True, False, 'RequestData')
     f_request_principal, pos = read_bytes(data, pos, True, True, 'RequestPrincipal')
     f_client_host_address, pos = read_bytes(data, pos, True, False, 'ClientHostAddress')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EnvelopeRequest(f_request_data, f_request_principal, f_client_host_address), pos
 
 

@@ -50,10 +50,13 @@ def _d_EnvelopeResponse_0(data, pos):
     f_response_data, pos = read_bytes(data, pos, True, True, 'ResponseData')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EnvelopeResponse(f_response_data, f_error_code), pos
 
 

@@ -61,10 +61,13 @@ def _d_ExpireDelegationTokenRequest_1(data, pos):
     f_hmac, pos = read_bytes(data, pos, True, False, 'Hmac')
     f_expiry_time_period_ms, = _S0.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ExpireDelegationTokenRequest(f_hmac, f_expiry_time_period_ms), pos
 
 

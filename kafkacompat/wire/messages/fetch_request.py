@@ -21,11 +21,13 @@ _S2 = struct.Struct('>iqqi')
 _S3 = struct.Struct('>iiqqi')
 _S4 = struct.Struct('>iiqiqi')
 _S5 = struct.Struct('>h')
-_S6 = struct.Struct('>iii')
-_S7 = struct.Struct('>iiii')
-_S8 = struct.Struct('>iiiib')
-_S9 = struct.Struct('>iiiibii')
-_S10 = struct.Struct('>iiibii')
+_S6 = struct.Struct('>i')
+_S7 = struct.Struct('>iii')
+_S8 = struct.Struct('>iiii')
+_S9 = struct.Struct('>iiiib')
+_S10 = struct.Struct('>iiiibii')
+_S11 = struct.Struct('>iiibii')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -110,10 +112,13 @@ def _e_ReplicaState_1(m, buf):
 
 
 def _d_ReplicaState_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaState(-1, -1), pos
 
 
@@ -125,10 +130,13 @@ def _e_ReplicaState_2(m, buf):
 def _d_ReplicaState_2(data, pos):
     f_replica_id, f_replica_epoch, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReplicaState(f_replica_id, f_replica_epoch), pos
 
 
@@ -176,10 +184,13 @@ def _e_FetchPartition_3(m, buf):
 def _d_FetchPartition_3(data, pos):
     f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S4.unpack_from(data, pos)
     pos += 32
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID), pos
 
 
@@ -198,17 +209,20 @@ def _d_FetchPartition_4(data, pos):
     f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S4.unpack_from(data, pos)
     pos += 32
     f_replica_directory_id = ZERO_UUID
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ReplicaDirectoryId')
-            f_replica_directory_id, p = read_uuid(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaDirectoryId')
+                f_replica_directory_id, p = read_uuid(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id), pos
 
 
@@ -217,21 +231,30 @@ def _e_FetchTopic_0(m, buf):
     buf += _S5.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_FetchPartition_0(x, buf)
 
 
 def _d_FetchTopic_0(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S5.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_FetchPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_FetchPartition_0(data, pos)
+            f_partitions.append(x4)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -240,21 +263,30 @@ def _e_FetchTopic_1(m, buf):
     buf += _S5.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_FetchPartition_1(x, buf)
 
 
 def _d_FetchTopic_1(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S5.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_FetchPartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_FetchPartition_1(data, pos)
+            f_partitions.append(x4)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -263,21 +295,30 @@ def _e_FetchTopic_2(m, buf):
     buf += _S5.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_FetchPartition_2(x, buf)
 
 
 def _d_FetchTopic_2(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S5.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_FetchPartition_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_FetchPartition_2(data, pos)
+            f_partitions.append(x4)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -290,33 +331,52 @@ def _e_FetchTopic_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_FetchPartition_3(x, buf)
     buf.append(0)
 
 
 def _d_FetchTopic_3(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_FetchPartition_3(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_FetchPartition_3(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
 def _e_FetchTopic_4(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchPartition_3(x, buf)
     buf.append(0)
@@ -332,17 +392,24 @@ def _d_FetchTopic_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_FetchPartition_3(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchTopic_5(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchPartition_4(x, buf)
     buf.append(0)
@@ -358,10 +425,13 @@ def _d_FetchTopic_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_FetchPartition_4(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
@@ -379,17 +449,26 @@ def _e_ForgottenTopic_1(m, buf):
     buf += _S5.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_ForgottenTopic_1(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S5.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -402,30 +481,49 @@ def _e_ForgottenTopic_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_ForgottenTopic_2(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
 def _e_ForgottenTopic_3(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -436,10 +534,13 @@ def _d_ForgottenTopic_3(data, pos):
         f_partitions = None
     else:
         f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ForgottenTopic('', f_topic_id, f_partitions), pos
 
 
@@ -448,15 +549,16 @@ def _e_FetchRequest_0(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S6.pack(m.replica_id, m.max_wait_ms, m.min_bytes)
+    buf += _S7.pack(m.replica_id, m.max_wait_ms, m.min_bytes)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_0(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, = _S6.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, = _S7.unpack_from(data, pos)
     pos += 12
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -474,15 +576,16 @@ def _e_FetchRequest_1(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S7.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes)
+    buf += _S8.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_1(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S7.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S8.unpack_from(data, pos)
     pos += 16
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -500,15 +603,16 @@ def _e_FetchRequest_2(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S8.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
+    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_2(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S8.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S9.unpack_from(data, pos)
     pos += 17
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -526,15 +630,16 @@ def _e_FetchRequest_3(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S8.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
+    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_1(x, buf)
 
 
 def _d_FetchRequest_3(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S8.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S9.unpack_from(data, pos)
     pos += 17
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -550,19 +655,21 @@ def _d_FetchRequest_3(data, pos):
 def _e_FetchRequest_4(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_1(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    buf += _S6.pack(n4)
+    for x in a3:
         _e_ForgottenTopic_1(x, buf)
 
 
 def _d_FetchRequest_4(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -586,19 +693,21 @@ def _d_FetchRequest_4(data, pos):
 def _e_FetchRequest_5(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_2(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    buf += _S6.pack(n4)
+    for x in a3:
         _e_ForgottenTopic_1(x, buf)
 
 
 def _d_FetchRequest_5(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -622,22 +731,24 @@ def _d_FetchRequest_5(data, pos):
 def _e_FetchRequest_6(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchTopic_2(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    buf += _S6.pack(n4)
+    for x in a3:
         _e_ForgottenTopic_1(x, buf)
-    b3 = m.rack_id.encode()
-    buf += _S5.pack(len(b3))
-    buf += b3
+    b5 = m.rack_id.encode()
+    buf += _S5.pack(len(b5))
+    buf += b5
 
 
 def _d_FetchRequest_6(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -655,50 +766,66 @@ def _d_FetchRequest_6(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_1(data, pos)
             f_forgotten_topics_data.append(x4)
-    f_rack_id, pos = read_string(data, pos, False, False, 'RackId')
+    n6 = _S5.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, False, False, 'RackId')
     return FetchRequest(None, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 
 def _e_FetchRequest_7(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchTopic_3(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), True)
-    for x in a2:
-        _e_ForgottenTopic_2(x, buf)
-    b3 = m.rack_id.encode()
-    b3n = len(b3) + 1
-    if b3n < 128:
-        buf.append(b3n)
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
     else:
-        write_uvarint(buf, b3n)
-    buf += b3
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ForgottenTopic_2(x, buf)
+    b5 = m.rack_id.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
     tags = []
-    v5 = m.cluster_id
-    if v5 is not None:
+    v7 = m.cluster_id
+    if v7 is not None:
         t = bytearray()
-        s7 = v5
-        if s7 is None:
+        s9 = v7
+        if s9 is None:
             t += b'\x00'
         else:
-            b6 = s7.encode()
-            b6n = len(b6) + 1
-            if b6n < 128:
-                t.append(b6n)
+            b8 = s9.encode()
+            b8n = len(b8) + 1
+            if b8n < 128:
+                t.append(b8n)
             else:
-                write_uvarint(t, b6n)
-            t += b6
+                write_uvarint(t, b8n)
+            t += b8
         tags.append((0, t))
     write_tagged(buf, tags)
 
 
 def _d_FetchRequest_7(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -716,62 +843,89 @@ def _d_FetchRequest_7(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_2(data, pos)
             f_forgotten_topics_data.append(x4)
-    f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
     f_cluster_id = None
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c8 = data[p]
+                if 0 < c8 < 128:
+                    end7 = p + c8
+                    if end7 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end7], 'utf-8')
+                    p = end7
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 
 def _e_FetchRequest_8(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchTopic_4(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), True)
-    for x in a2:
-        _e_ForgottenTopic_3(x, buf)
-    b3 = m.rack_id.encode()
-    b3n = len(b3) + 1
-    if b3n < 128:
-        buf.append(b3n)
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
     else:
-        write_uvarint(buf, b3n)
-    buf += b3
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ForgottenTopic_3(x, buf)
+    b5 = m.rack_id.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
     tags = []
-    v5 = m.cluster_id
-    if v5 is not None:
+    v7 = m.cluster_id
+    if v7 is not None:
         t = bytearray()
-        s7 = v5
-        if s7 is None:
+        s9 = v7
+        if s9 is None:
             t += b'\x00'
         else:
-            b6 = s7.encode()
-            b6n = len(b6) + 1
-            if b6n < 128:
-                t.append(b6n)
+            b8 = s9.encode()
+            b8n = len(b8) + 1
+            if b8n < 128:
+                t.append(b8n)
             else:
-                write_uvarint(t, b6n)
-            t += b6
+                write_uvarint(t, b8n)
+            t += b8
         tags.append((0, t))
     write_tagged(buf, tags)
 
 
 def _d_FetchRequest_8(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -789,67 +943,94 @@ def _d_FetchRequest_8(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_3(data, pos)
             f_forgotten_topics_data.append(x4)
-    f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
     f_cluster_id = None
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c8 = data[p]
+                if 0 < c8 < 128:
+                    end7 = p + c8
+                    if end7 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end7], 'utf-8')
+                    p = end7
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchRequest(f_cluster_id, f_replica_id, ReplicaState(), f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 
 def _e_FetchRequest_9(m, buf):
     if m.replica_id != -1:
         raise unsupported('FetchRequest', 'ReplicaId', '0-14')
-    buf += _S10.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchTopic_4(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), True)
-    for x in a2:
-        _e_ForgottenTopic_3(x, buf)
-    b3 = m.rack_id.encode()
-    b3n = len(b3) + 1
-    if b3n < 128:
-        buf.append(b3n)
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
     else:
-        write_uvarint(buf, b3n)
-    buf += b3
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ForgottenTopic_3(x, buf)
+    b5 = m.rack_id.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
     tags = []
-    v5 = m.cluster_id
-    if v5 is not None:
+    v7 = m.cluster_id
+    if v7 is not None:
         t = bytearray()
-        s7 = v5
-        if s7 is None:
+        s9 = v7
+        if s9 is None:
             t += b'\x00'
         else:
-            b6 = s7.encode()
-            b6n = len(b6) + 1
-            if b6n < 128:
-                t.append(b6n)
+            b8 = s9.encode()
+            b8n = len(b8) + 1
+            if b8n < 128:
+                t.append(b8n)
             else:
-                write_uvarint(t, b6n)
-            t += b6
+                write_uvarint(t, b8n)
+            t += b8
         tags.append((0, t))
-    v8 = m.replica_state
-    if v8 != ReplicaState():
+    v10 = m.replica_state
+    if v10 != ReplicaState():
         t = bytearray()
-        _e_ReplicaState_2(v8, t)
+        _e_ReplicaState_2(v10, t)
         tags.append((1, t))
     write_tagged(buf, tags)
 
 
 def _d_FetchRequest_9(data, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 21
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -867,74 +1048,101 @@ def _d_FetchRequest_9(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_3(data, pos)
             f_forgotten_topics_data.append(x4)
-    f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
     f_cluster_id = None
     f_replica_state = ReplicaState()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        elif tag == 1:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ReplicaState')
-            f_replica_state, p = _d_ReplicaState_2(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c8 = data[p]
+                if 0 < c8 < 128:
+                    end7 = p + c8
+                    if end7 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end7], 'utf-8')
+                    p = end7
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaState')
+                f_replica_state, p = _d_ReplicaState_2(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 
 def _e_FetchRequest_10(m, buf):
     if m.replica_id != -1:
         raise unsupported('FetchRequest', 'ReplicaId', '0-14')
-    buf += _S10.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchTopic_5(x, buf)
-    a2 = m.forgotten_topics_data
-    write_length(buf, len(a2), True)
-    for x in a2:
-        _e_ForgottenTopic_3(x, buf)
-    b3 = m.rack_id.encode()
-    b3n = len(b3) + 1
-    if b3n < 128:
-        buf.append(b3n)
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
     else:
-        write_uvarint(buf, b3n)
-    buf += b3
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ForgottenTopic_3(x, buf)
+    b5 = m.rack_id.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
     tags = []
-    v5 = m.cluster_id
-    if v5 is not None:
+    v7 = m.cluster_id
+    if v7 is not None:
         t = bytearray()
-        s7 = v5
-        if s7 is None:
+        s9 = v7
+        if s9 is None:
             t += b'\x00'
         else:
-            b6 = s7.encode()
-            b6n = len(b6) + 1
-            if b6n < 128:
-                t.append(b6n)
+            b8 = s9.encode()
+            b8n = len(b8) + 1
+            if b8n < 128:
+                t.append(b8n)
             else:
-                write_uvarint(t, b6n)
-            t += b6
+                write_uvarint(t, b8n)
+            t += b8
         tags.append((0, t))
-    v8 = m.replica_state
-    if v8 != ReplicaState():
+    v10 = m.replica_state
+    if v10 != ReplicaState():
         t = bytearray()
-        _e_ReplicaState_2(v8, t)
+        _e_ReplicaState_2(v10, t)
         tags.append((1, t))
     write_tagged(buf, tags)
 
 
 def _d_FetchRequest_10(data, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 21
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -952,26 +1160,45 @@ def _d_FetchRequest_10(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_3(data, pos)
             f_forgotten_topics_data.append(x4)
-    f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
     f_cluster_id = None
     f_replica_state = ReplicaState()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        elif tag == 1:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ReplicaState')
-            f_replica_state, p = _d_ReplicaState_2(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c8 = data[p]
+                if 0 < c8 < 128:
+                    end7 = p + c8
+                    if end7 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end7], 'utf-8')
+                    p = end7
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaState')
+                f_replica_state, p = _d_ReplicaState_2(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
 
 

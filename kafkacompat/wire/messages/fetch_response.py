@@ -21,8 +21,8 @@ _S2 = struct.Struct('>qi')
 _S3 = struct.Struct('>qq')
 _S4 = struct.Struct('>ihq')
 _S5 = struct.Struct('>ihqq')
-_S6 = struct.Struct('>ihqqq')
-_S7 = struct.Struct('>i')
+_S6 = struct.Struct('>i')
+_S7 = struct.Struct('>ihqqq')
 _S8 = struct.Struct('>h')
 _S9 = struct.Struct('>ihi')
 
@@ -127,10 +127,13 @@ def _e_EpochEndOffset_1(m, buf):
 def _d_EpochEndOffset_1(data, pos):
     f_epoch, f_end_offset, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EpochEndOffset(f_epoch, f_end_offset), pos
 
 
@@ -153,10 +156,13 @@ def _e_LeaderIdAndEpoch_1(m, buf):
 def _d_LeaderIdAndEpoch_1(data, pos):
     f_leader_id, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -178,10 +184,13 @@ def _e_SnapshotId_1(m, buf):
 def _d_SnapshotId_1(data, pos):
     f_end_offset, f_epoch, = _S2.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SnapshotId(f_end_offset, f_epoch), pos
 
 
@@ -214,10 +223,13 @@ def _e_AbortedTransaction_2(m, buf):
 def _d_AbortedTransaction_2(data, pos):
     f_producer_id, f_first_offset, = _S3.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AbortedTransaction(f_producer_id, f_first_offset), pos
 
 
@@ -260,15 +272,16 @@ def _e_PartitionData_1(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S6.pack(n2)
         for x in a1:
             _e_AbortedTransaction_1(x, buf)
-    b2 = m.records
-    if b2 is None:
+    b3 = m.records
+    if b3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(b2), False)
-        buf += b2
+        write_length(buf, len(b3), False)
+        buf += b3
 
 
 def _d_PartitionData_1(data, pos):
@@ -295,24 +308,25 @@ def _e_PartitionData_2(m, buf):
         raise unsupported('PartitionData', 'SnapshotId', '12+')
     if m.preferred_read_replica != -1:
         raise unsupported('PartitionData', 'PreferredReadReplica', '11+')
-    buf += _S6.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
+    buf += _S7.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
     a1 = m.aborted_transactions
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S6.pack(n2)
         for x in a1:
             _e_AbortedTransaction_1(x, buf)
-    b2 = m.records
-    if b2 is None:
+    b3 = m.records
+    if b3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(b2), False)
-        buf += b2
+        write_length(buf, len(b3), False)
+        buf += b3
 
 
 def _d_PartitionData_2(data, pos):
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S6.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S7.unpack_from(data, pos)
     pos += 30
     n1, pos = read_array_length(data, pos, False, True, 'AbortedTransactions')
     if n1 < 0:
@@ -333,25 +347,26 @@ def _e_PartitionData_3(m, buf):
         raise unsupported('PartitionData', 'CurrentLeader', '12+')
     if m.snapshot_id != SnapshotId():
         raise unsupported('PartitionData', 'SnapshotId', '12+')
-    buf += _S6.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
+    buf += _S7.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
     a1 = m.aborted_transactions
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S6.pack(n2)
         for x in a1:
             _e_AbortedTransaction_1(x, buf)
-    buf += _S7.pack(m.preferred_read_replica)
-    b2 = m.records
-    if b2 is None:
+    buf += _S6.pack(m.preferred_read_replica)
+    b3 = m.records
+    if b3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(b2), False)
-        buf += b2
+        write_length(buf, len(b3), False)
+        buf += b3
 
 
 def _d_PartitionData_3(data, pos):
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S6.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S7.unpack_from(data, pos)
     pos += 30
     n1, pos = read_array_length(data, pos, False, True, 'AbortedTransactions')
     if n1 < 0:
@@ -361,49 +376,53 @@ def _d_PartitionData_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_AbortedTransaction_1(data, pos)
             f_aborted_transactions.append(x2)
-    f_preferred_read_replica, = _S7.unpack_from(data, pos)
+    f_preferred_read_replica, = _S6.unpack_from(data, pos)
     pos += 4
     f_records, pos = read_bytes(data, pos, False, True, 'Records', copy=False)
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId(), f_aborted_transactions, f_preferred_read_replica, f_records), pos
 
 
 def _e_PartitionData_4(m, buf):
-    buf += _S6.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
+    buf += _S7.pack(m.partition_index, m.error_code, m.high_watermark, m.last_stable_offset, m.log_start_offset)
     a1 = m.aborted_transactions
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_AbortedTransaction_2(x, buf)
-    buf += _S7.pack(m.preferred_read_replica)
-    b2 = m.records
-    if b2 is None:
+    buf += _S6.pack(m.preferred_read_replica)
+    b3 = m.records
+    if b3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(b2), True)
-        buf += b2
+        write_length(buf, len(b3), True)
+        buf += b3
     tags = []
-    v3 = m.diverging_epoch
-    if v3 != EpochEndOffset():
+    v4 = m.diverging_epoch
+    if v4 != EpochEndOffset():
         t = bytearray()
-        _e_EpochEndOffset_1(v3, t)
+        _e_EpochEndOffset_1(v4, t)
         tags.append((0, t))
-    v4 = m.current_leader
-    if v4 != LeaderIdAndEpoch():
+    v5 = m.current_leader
+    if v5 != LeaderIdAndEpoch():
         t = bytearray()
-        _e_LeaderIdAndEpoch_1(v4, t)
+        _e_LeaderIdAndEpoch_1(v5, t)
         tags.append((1, t))
-    v5 = m.snapshot_id
-    if v5 != SnapshotId():
+    v6 = m.snapshot_id
+    if v6 != SnapshotId():
         t = bytearray()
-        _e_SnapshotId_1(v5, t)
+        _e_SnapshotId_1(v6, t)
         tags.append((2, t))
     write_tagged(buf, tags)
 
 
 def _d_PartitionData_4(data, pos):
-    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S6.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S7.unpack_from(data, pos)
     pos += 30
     n1, pos = read_array_length(data, pos, True, True, 'AbortedTransactions')
     if n1 < 0:
@@ -413,35 +432,38 @@ def _d_PartitionData_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_AbortedTransaction_2(data, pos)
             f_aborted_transactions.append(x2)
-    f_preferred_read_replica, = _S7.unpack_from(data, pos)
+    f_preferred_read_replica, = _S6.unpack_from(data, pos)
     pos += 4
     f_records, pos = read_bytes(data, pos, True, True, 'Records', copy=False)
     f_diverging_epoch = EpochEndOffset()
     f_current_leader = LeaderIdAndEpoch()
     f_snapshot_id = SnapshotId()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('DivergingEpoch')
-            f_diverging_epoch, p = _d_EpochEndOffset_1(data, p)
-        elif tag == 1:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('CurrentLeader')
-            f_current_leader, p = _d_LeaderIdAndEpoch_1(data, p)
-        elif tag == 2:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('SnapshotId')
-            f_snapshot_id, p = _d_SnapshotId_1(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('DivergingEpoch')
+                f_diverging_epoch, p = _d_EpochEndOffset_1(data, p)
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('CurrentLeader')
+                f_current_leader, p = _d_LeaderIdAndEpoch_1(data, p)
+            elif tag == 2:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('SnapshotId')
+                f_snapshot_id, p = _d_SnapshotId_1(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, f_diverging_epoch, f_current_leader, f_snapshot_id, f_aborted_transactions, f_preferred_read_replica, f_records), pos
 
 
@@ -450,21 +472,30 @@ def _e_FetchableTopicResponse_0(m, buf):
     buf += _S8.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_PartitionData_0(x, buf)
 
 
 def _d_FetchableTopicResponse_0(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S8.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -473,21 +504,30 @@ def _e_FetchableTopicResponse_1(m, buf):
     buf += _S8.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_PartitionData_1(x, buf)
 
 
 def _d_FetchableTopicResponse_1(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S8.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -496,21 +536,30 @@ def _e_FetchableTopicResponse_2(m, buf):
     buf += _S8.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_PartitionData_2(x, buf)
 
 
 def _d_FetchableTopicResponse_2(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S8.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_2(data, pos)
+            f_partitions.append(x4)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -519,21 +568,30 @@ def _e_FetchableTopicResponse_3(m, buf):
     buf += _S8.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S6.pack(n4)
     for x in a3:
         _e_PartitionData_3(x, buf)
 
 
 def _d_FetchableTopicResponse_3(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S8.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_3(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_3(data, pos)
+            f_partitions.append(x4)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -546,33 +604,52 @@ def _e_FetchableTopicResponse_4(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_4(x, buf)
     buf.append(0)
 
 
 def _d_FetchableTopicResponse_4(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_4(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_4(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
 def _e_FetchableTopicResponse_5(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_4(x, buf)
     buf.append(0)
@@ -588,10 +665,13 @@ def _d_FetchableTopicResponse_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_4(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchableTopicResponse('', f_topic_id, f_partitions), pos
 
 
@@ -623,15 +703,18 @@ def _e_NodeEndpoint_1(m, buf):
 
 
 def _d_NodeEndpoint_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(0, '', 0, None), pos
 
 
 def _e_NodeEndpoint_2(m, buf):
-    buf += _S7.pack(m.node_id)
+    buf += _S6.pack(m.node_id)
     b1 = m.host.encode()
     b1n = len(b1) + 1
     if b1n < 128:
@@ -639,7 +722,7 @@ def _e_NodeEndpoint_2(m, buf):
     else:
         write_uvarint(buf, b1n)
     buf += b1
-    buf += _S7.pack(m.port)
+    buf += _S6.pack(m.port)
     s4 = m.rack
     if s4 is None:
         buf += b'\x00'
@@ -655,16 +738,35 @@ def _e_NodeEndpoint_2(m, buf):
 
 
 def _d_NodeEndpoint_2(data, pos):
-    f_node_id, = _S7.unpack_from(data, pos)
+    f_node_id, = _S6.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
-    f_port, = _S7.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
+    f_port, = _S6.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -674,7 +776,8 @@ def _e_FetchResponse_0(m, buf):
     if m.node_endpoints:
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_0(x, buf)
 
@@ -696,15 +799,16 @@ def _e_FetchResponse_1(m, buf):
         raise unsupported('FetchResponse', 'SessionId', '7+')
     if m.node_endpoints:
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
-    buf += _S7.pack(m.throttle_time_ms)
+    buf += _S6.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_0(x, buf)
 
 
 def _d_FetchResponse_1(data, pos):
-    f_throttle_time_ms, = _S7.unpack_from(data, pos)
+    f_throttle_time_ms, = _S6.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Responses')
     if n1 < 0:
@@ -722,15 +826,16 @@ def _e_FetchResponse_2(m, buf):
         raise unsupported('FetchResponse', 'SessionId', '7+')
     if m.node_endpoints:
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
-    buf += _S7.pack(m.throttle_time_ms)
+    buf += _S6.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_1(x, buf)
 
 
 def _d_FetchResponse_2(data, pos):
-    f_throttle_time_ms, = _S7.unpack_from(data, pos)
+    f_throttle_time_ms, = _S6.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Responses')
     if n1 < 0:
@@ -748,15 +853,16 @@ def _e_FetchResponse_3(m, buf):
         raise unsupported('FetchResponse', 'SessionId', '7+')
     if m.node_endpoints:
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
-    buf += _S7.pack(m.throttle_time_ms)
+    buf += _S6.pack(m.throttle_time_ms)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_2(x, buf)
 
 
 def _d_FetchResponse_3(data, pos):
-    f_throttle_time_ms, = _S7.unpack_from(data, pos)
+    f_throttle_time_ms, = _S6.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Responses')
     if n1 < 0:
@@ -774,7 +880,8 @@ def _e_FetchResponse_4(m, buf):
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
     buf += _S9.pack(m.throttle_time_ms, m.error_code, m.session_id)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_2(x, buf)
 
@@ -798,7 +905,8 @@ def _e_FetchResponse_5(m, buf):
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
     buf += _S9.pack(m.throttle_time_ms, m.error_code, m.session_id)
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S6.pack(n2)
     for x in a1:
         _e_FetchableTopicResponse_3(x, buf)
 
@@ -822,7 +930,11 @@ def _e_FetchResponse_6(m, buf):
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
     buf += _S9.pack(m.throttle_time_ms, m.error_code, m.session_id)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchableTopicResponse_4(x, buf)
     buf.append(0)
@@ -839,10 +951,13 @@ def _d_FetchResponse_6(data, pos):
         for _ in range(n1):
             x2, pos = _d_FetchableTopicResponse_4(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
@@ -851,7 +966,11 @@ def _e_FetchResponse_7(m, buf):
         raise unsupported('FetchResponse', 'NodeEndpoints', '16+')
     buf += _S9.pack(m.throttle_time_ms, m.error_code, m.session_id)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchableTopicResponse_5(x, buf)
     buf.append(0)
@@ -868,26 +987,37 @@ def _d_FetchResponse_7(data, pos):
         for _ in range(n1):
             x2, pos = _d_FetchableTopicResponse_5(data, pos)
             f_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, []), pos
 
 
 def _e_FetchResponse_8(m, buf):
     buf += _S9.pack(m.throttle_time_ms, m.error_code, m.session_id)
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchableTopicResponse_5(x, buf)
     tags = []
-    v2 = m.node_endpoints
-    if v2:
+    v3 = m.node_endpoints
+    if v3:
         t = bytearray()
-        a3 = v2
-        write_length(t, len(a3), True)
-        for x in a3:
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
             _e_NodeEndpoint_2(x, t)
         tags.append((0, t))
     write_tagged(buf, tags)
@@ -905,24 +1035,27 @@ def _d_FetchResponse_8(data, pos):
             x2, pos = _d_FetchableTopicResponse_5(data, pos)
             f_responses.append(x2)
     f_node_endpoints = []
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('NodeEndpoints')
-            n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
-            if n3 < 0:
-                f_node_endpoints = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('NodeEndpoints')
+                n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
+                if n3 < 0:
+                    f_node_endpoints = None
+                else:
+                    f_node_endpoints = []
+                    for _ in range(n3):
+                        x4, p = _d_NodeEndpoint_2(data, p)
+                        f_node_endpoints.append(x4)
             else:
-                f_node_endpoints = []
-                for _ in range(n3):
-                    x4, p = _d_NodeEndpoint_2(data, p)
-                    f_node_endpoints.append(x4)
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, f_node_endpoints), pos
 
 

@@ -71,10 +71,13 @@ def _e_SnapshotId_0(m, buf):
 def _d_SnapshotId_0(data, pos):
     f_end_offset, f_epoch, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SnapshotId(f_end_offset, f_epoch), pos
 
 
@@ -91,10 +94,13 @@ def _d_PartitionSnapshot_0(data, pos):
     f_snapshot_id, pos = _d_SnapshotId_0(data, pos)
     f_position, = _S2.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionSnapshot(f_partition, f_current_leader_epoch, f_snapshot_id, f_position, ZERO_UUID), pos
 
 
@@ -118,17 +124,20 @@ def _d_PartitionSnapshot_1(data, pos):
     f_position, = _S2.unpack_from(data, pos)
     pos += 8
     f_replica_directory_id = ZERO_UUID
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ReplicaDirectoryId')
-            f_replica_directory_id, p = read_uuid(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaDirectoryId')
+                f_replica_directory_id, p = read_uuid(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return PartitionSnapshot(f_partition, f_current_leader_epoch, f_snapshot_id, f_position, f_replica_directory_id), pos
 
 
@@ -141,26 +150,41 @@ def _e_TopicSnapshot_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionSnapshot_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicSnapshot_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionSnapshot_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionSnapshot_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicSnapshot(f_name, f_partitions), pos
 
 
@@ -173,50 +197,69 @@ def _e_TopicSnapshot_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionSnapshot_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicSnapshot_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionSnapshot_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionSnapshot_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicSnapshot(f_name, f_partitions), pos
 
 
 def _e_FetchSnapshotRequest_0(m, buf):
     buf += _S1.pack(m.replica_id, m.max_bytes)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicSnapshot_0(x, buf)
     tags = []
-    v2 = m.cluster_id
-    if v2 is not None:
+    v3 = m.cluster_id
+    if v3 is not None:
         t = bytearray()
-        s4 = v2
-        if s4 is None:
+        s5 = v3
+        if s5 is None:
             t += b'\x00'
         else:
-            b3 = s4.encode()
-            b3n = len(b3) + 1
-            if b3n < 128:
-                t.append(b3n)
+            b4 = s5.encode()
+            b4n = len(b4) + 1
+            if b4n < 128:
+                t.append(b4n)
             else:
-                write_uvarint(t, b3n)
-            t += b3
+                write_uvarint(t, b4n)
+            t += b4
         tags.append((0, t))
     write_tagged(buf, tags)
 
@@ -233,41 +276,56 @@ def _d_FetchSnapshotRequest_0(data, pos):
             x2, pos = _d_TopicSnapshot_0(data, pos)
             f_topics.append(x2)
     f_cluster_id = None
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c4 = data[p]
+                if 0 < c4 < 128:
+                    end3 = p + c4
+                    if end3 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end3], 'utf-8')
+                    p = end3
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchSnapshotRequest(f_cluster_id, f_replica_id, f_max_bytes, f_topics), pos
 
 
 def _e_FetchSnapshotRequest_1(m, buf):
     buf += _S1.pack(m.replica_id, m.max_bytes)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicSnapshot_1(x, buf)
     tags = []
-    v2 = m.cluster_id
-    if v2 is not None:
+    v3 = m.cluster_id
+    if v3 is not None:
         t = bytearray()
-        s4 = v2
-        if s4 is None:
+        s5 = v3
+        if s5 is None:
             t += b'\x00'
         else:
-            b3 = s4.encode()
-            b3n = len(b3) + 1
-            if b3n < 128:
-                t.append(b3n)
+            b4 = s5.encode()
+            b4n = len(b4) + 1
+            if b4n < 128:
+                t.append(b4n)
             else:
-                write_uvarint(t, b3n)
-            t += b3
+                write_uvarint(t, b4n)
+            t += b4
         tags.append((0, t))
     write_tagged(buf, tags)
 
@@ -284,17 +342,28 @@ def _d_FetchSnapshotRequest_1(data, pos):
             x2, pos = _d_TopicSnapshot_1(data, pos)
             f_topics.append(x2)
     f_cluster_id = None
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('ClusterId')
-            f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c4 = data[p]
+                if 0 < c4 < 128:
+                    end3 = p + c4
+                    if end3 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end3], 'utf-8')
+                    p = end3
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            else:
+                pos = skip_tagged_field(data, pos)
     return FetchSnapshotRequest(f_cluster_id, f_replica_id, f_max_bytes, f_topics), pos
 
 

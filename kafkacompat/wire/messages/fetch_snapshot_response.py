@@ -91,10 +91,13 @@ def _e_SnapshotId_0(m, buf):
 def _d_SnapshotId_0(data, pos):
     f_end_offset, f_epoch, = _S0.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SnapshotId(f_end_offset, f_epoch), pos
 
 
@@ -106,10 +109,13 @@ def _e_LeaderIdAndEpoch_0(m, buf):
 def _d_LeaderIdAndEpoch_0(data, pos):
     f_leader_id, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -137,17 +143,20 @@ def _d_PartitionSnapshot_0(data, pos):
     pos += 16
     f_unaligned_records, pos = read_bytes(data, pos, True, False, 'UnalignedRecords', copy=False)
     f_current_leader = LeaderIdAndEpoch()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('CurrentLeader')
-            f_current_leader, p = _d_LeaderIdAndEpoch_0(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('CurrentLeader')
+                f_current_leader, p = _d_LeaderIdAndEpoch_0(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return PartitionSnapshot(f_index, f_error_code, f_snapshot_id, f_current_leader, f_size, f_position, f_unaligned_records), pos
 
 
@@ -160,26 +169,41 @@ def _e_TopicSnapshot_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionSnapshot_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicSnapshot_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionSnapshot_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionSnapshot_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicSnapshot(f_name, f_partitions), pos
 
 
@@ -194,10 +218,13 @@ def _e_NodeEndpoint_0(m, buf):
 
 
 def _d_NodeEndpoint_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(0, '', 0), pos
 
 
@@ -217,13 +244,24 @@ def _e_NodeEndpoint_1(m, buf):
 def _d_NodeEndpoint_1(data, pos):
     f_node_id, = _S4.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S5.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port), pos
 
 
@@ -232,7 +270,11 @@ def _e_FetchSnapshotResponse_0(m, buf):
         raise unsupported('FetchSnapshotResponse', 'NodeEndpoints', '1+')
     buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicSnapshot_0(x, buf)
     buf.append(0)
@@ -249,26 +291,37 @@ def _d_FetchSnapshotResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicSnapshot_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchSnapshotResponse(f_throttle_time_ms, f_error_code, f_topics, []), pos
 
 
 def _e_FetchSnapshotResponse_1(m, buf):
     buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicSnapshot_0(x, buf)
     tags = []
-    v2 = m.node_endpoints
-    if v2:
+    v3 = m.node_endpoints
+    if v3:
         t = bytearray()
-        a3 = v2
-        write_length(t, len(a3), True)
-        for x in a3:
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
             _e_NodeEndpoint_1(x, t)
         tags.append((0, t))
     write_tagged(buf, tags)
@@ -286,24 +339,27 @@ def _d_FetchSnapshotResponse_1(data, pos):
             x2, pos = _d_TopicSnapshot_0(data, pos)
             f_topics.append(x2)
     f_node_endpoints = []
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('NodeEndpoints')
-            n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
-            if n3 < 0:
-                f_node_endpoints = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('NodeEndpoints')
+                n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
+                if n3 < 0:
+                    f_node_endpoints = None
+                else:
+                    f_node_endpoints = []
+                    for _ in range(n3):
+                        x4, p = _d_NodeEndpoint_1(data, p)
+                        f_node_endpoints.append(x4)
             else:
-                f_node_endpoints = []
-                for _ in range(n3):
-                    x4, p = _d_NodeEndpoint_1(data, p)
-                    f_node_endpoints.append(x4)
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return FetchSnapshotResponse(f_throttle_time_ms, f_error_code, f_topics, f_node_endpoints), pos
 
 

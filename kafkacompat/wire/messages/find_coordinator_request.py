@@ -48,7 +48,15 @@ def _e_FindCoordinatorRequest_0(m, buf):
 
 
 def _d_FindCoordinatorRequest_0(data, pos):
-    f_key, pos = read_string(data, pos, False, False, 'Key')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, False, False, 'Key')
     return FindCoordinatorRequest(f_key, 0, []), pos
 
 
@@ -62,7 +70,15 @@ def _e_FindCoordinatorRequest_1(m, buf):
 
 
 def _d_FindCoordinatorRequest_1(data, pos):
-    f_key, pos = read_string(data, pos, False, False, 'Key')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, False, False, 'Key')
     f_key_type, = _S1.unpack_from(data, pos)
     pos += 1
     return FindCoordinatorRequest(f_key, f_key_type, []), pos
@@ -83,13 +99,24 @@ def _e_FindCoordinatorRequest_2(m, buf):
 
 
 def _d_FindCoordinatorRequest_2(data, pos):
-    f_key, pos = read_string(data, pos, True, False, 'Key')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, True, False, 'Key')
     f_key_type, = _S1.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FindCoordinatorRequest(f_key, f_key_type, []), pos
 
 
@@ -98,7 +125,11 @@ def _e_FindCoordinatorRequest_3(m, buf):
         raise unsupported('FindCoordinatorRequest', 'Key', '0-3')
     buf += _S1.pack(m.key_type)
     a1 = m.coordinator_keys
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf.append(0)
@@ -115,10 +146,13 @@ def _d_FindCoordinatorRequest_3(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, True, False, 'CoordinatorKeys')
             f_coordinator_keys.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FindCoordinatorRequest('', f_key_type, f_coordinator_keys), pos
 
 

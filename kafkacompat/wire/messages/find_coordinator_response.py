@@ -86,10 +86,13 @@ def _e_Coordinator_1(m, buf):
 
 
 def _d_Coordinator_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Coordinator('', 0, '', 0, 0, ''), pos
 
 
@@ -125,17 +128,44 @@ def _e_Coordinator_2(m, buf):
 
 
 def _d_Coordinator_2(data, pos):
-    f_key, pos = read_string(data, pos, True, False, 'Key')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Key')
+        f_key = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_key, pos = read_string(data, pos, True, False, 'Key')
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message), pos
 
 
@@ -152,7 +182,15 @@ def _e_FindCoordinatorResponse_0(m, buf):
 def _d_FindCoordinatorResponse_0(data, pos):
     f_error_code, f_node_id, = _S2.unpack_from(data, pos)
     pos += 6
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
     return FindCoordinatorResponse(0, f_error_code, '', f_node_id, f_host, f_port, []), pos
@@ -179,10 +217,26 @@ def _e_FindCoordinatorResponse_1(m, buf):
 def _d_FindCoordinatorResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n4 = _S3.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, []), pos
@@ -218,16 +272,35 @@ def _e_FindCoordinatorResponse_2(m, buf):
 def _d_FindCoordinatorResponse_2(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, []), pos
 
 
@@ -242,7 +315,11 @@ def _e_FindCoordinatorResponse_3(m, buf):
         raise unsupported('FindCoordinatorResponse', 'Port', '0-3')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.coordinators
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_Coordinator_2(x, buf)
     buf.append(0)
@@ -259,10 +336,13 @@ def _d_FindCoordinatorResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_Coordinator_2(data, pos)
             f_coordinators.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FindCoordinatorResponse(f_throttle_time_ms, 0, '', 0, '', 0, f_coordinators), pos
 
 

@@ -40,10 +40,13 @@ def _e_GetTelemetrySubscriptionsRequest_0(m, buf):
 
 def _d_GetTelemetrySubscriptionsRequest_0(data, pos):
     f_client_instance_id, pos = read_uuid(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return GetTelemetrySubscriptionsRequest(f_client_instance_id), pos
 
 

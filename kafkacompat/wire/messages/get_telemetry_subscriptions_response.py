@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>ih')
 _S1 = struct.Struct('>i')
 _S2 = struct.Struct('>ii?')
+_Ab = tuple(struct.Struct(f'>{n}b') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -49,12 +50,20 @@ def _e_GetTelemetrySubscriptionsResponse_0(m, buf):
     buf += uuid_bytes(m.client_instance_id)
     buf += _S1.pack(m.subscription_id)
     a1 = m.accepted_compression_types
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}b', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ab[n2] if n2 < 64 else struct.Struct(f'>{n2}b')).pack(*a1)
     buf += _S2.pack(m.push_interval_ms, m.telemetry_max_bytes, m.delta_temporality)
-    a2 = m.requested_metrics
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.requested_metrics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         write_string(buf, x, True)
     buf.append(0)
 
@@ -80,10 +89,13 @@ def _d_GetTelemetrySubscriptionsResponse_0(data, pos):
         for _ in range(n2):
             x3, pos = read_string(data, pos, True, False, 'RequestedMetrics')
             f_requested_metrics.append(x3)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return GetTelemetrySubscriptionsResponse(f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id, f_accepted_compression_types, f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality, f_requested_metrics), pos
 
 

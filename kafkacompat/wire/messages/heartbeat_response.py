@@ -64,10 +64,13 @@ def _e_HeartbeatResponse_2(m, buf):
 def _d_HeartbeatResponse_2(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return HeartbeatResponse(f_throttle_time_ms, f_error_code), pos
 
 

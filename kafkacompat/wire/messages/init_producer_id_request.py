@@ -55,7 +55,15 @@ def _e_InitProducerIdRequest_0(m, buf):
 
 
 def _d_InitProducerIdRequest_0(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, True, 'TransactionalId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, True, 'TransactionalId')
     f_transaction_timeout_ms, = _S1.unpack_from(data, pos)
     pos += 4
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
@@ -82,13 +90,24 @@ def _e_InitProducerIdRequest_1(m, buf):
 
 
 def _d_InitProducerIdRequest_1(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
     f_transaction_timeout_ms, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
 
 
@@ -109,13 +128,24 @@ def _e_InitProducerIdRequest_2(m, buf):
 
 
 def _d_InitProducerIdRequest_2(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
     f_transaction_timeout_ms, f_producer_id, f_producer_epoch, = _S2.unpack_from(data, pos)
     pos += 14
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch), pos
 
 

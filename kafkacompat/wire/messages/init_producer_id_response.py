@@ -55,10 +55,13 @@ def _e_InitProducerIdResponse_1(m, buf):
 def _d_InitProducerIdResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S0.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
 
 

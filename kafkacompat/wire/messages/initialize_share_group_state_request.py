@@ -58,17 +58,24 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition, f_state_epoch, f_start_offset, = _S0.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition, f_state_epoch, f_start_offset), pos
 
 
 def _e_InitializeStateData_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_0(x, buf)
     buf.append(0)
@@ -84,10 +91,13 @@ def _d_InitializeStateData_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return InitializeStateData(f_topic_id, f_partitions), pos
 
 
@@ -100,26 +110,41 @@ def _e_InitializeShareGroupStateRequest_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_InitializeStateData_0(x, buf)
     buf.append(0)
 
 
 def _d_InitializeShareGroupStateRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_InitializeStateData_0(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_InitializeStateData_0(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return InitializeShareGroupStateRequest(f_group_id, f_topics), pos
 
 

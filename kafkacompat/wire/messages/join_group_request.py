@@ -60,7 +60,15 @@ def _e_JoinGroupRequestProtocol_0(m, buf):
 
 
 def _d_JoinGroupRequestProtocol_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_metadata, pos = read_bytes(data, pos, False, False, 'Metadata')
     return JoinGroupRequestProtocol(f_name, f_metadata), pos
 
@@ -80,12 +88,23 @@ def _e_JoinGroupRequestProtocol_1(m, buf):
 
 
 def _d_JoinGroupRequestProtocol_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_metadata, pos = read_bytes(data, pos, True, False, 'Metadata')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupRequestProtocol(f_name, f_metadata), pos
 
 
@@ -103,25 +122,50 @@ def _e_JoinGroupRequest_0(m, buf):
     buf += _S0.pack(len(b5))
     buf += b5
     a7 = m.protocols
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S1.pack(n8)
     for x in a7:
         _e_JoinGroupRequestProtocol_0(x, buf)
 
 
 def _d_JoinGroupRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_session_timeout_ms, = _S1.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    n1, pos = read_array_length(data, pos, False, False, 'Protocols')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n7, pos = read_array_length(data, pos, False, False, 'Protocols')
+    if n7 < 0:
         f_protocols = None
     else:
         f_protocols = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupRequestProtocol_0(data, pos)
-            f_protocols.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupRequestProtocol_0(data, pos)
+            f_protocols.append(x8)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, -1, f_member_id, None, f_protocol_type, f_protocols, None), pos
 
 
@@ -139,25 +183,50 @@ def _e_JoinGroupRequest_1(m, buf):
     buf += _S0.pack(len(b5))
     buf += b5
     a7 = m.protocols
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S1.pack(n8)
     for x in a7:
         _e_JoinGroupRequestProtocol_0(x, buf)
 
 
 def _d_JoinGroupRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    n1, pos = read_array_length(data, pos, False, False, 'Protocols')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n7, pos = read_array_length(data, pos, False, False, 'Protocols')
+    if n7 < 0:
         f_protocols = None
     else:
         f_protocols = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupRequestProtocol_0(data, pos)
-            f_protocols.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupRequestProtocol_0(data, pos)
+            f_protocols.append(x8)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, None, f_protocol_type, f_protocols, None), pos
 
 
@@ -180,26 +249,59 @@ def _e_JoinGroupRequest_2(m, buf):
     buf += _S0.pack(len(b7))
     buf += b7
     a9 = m.protocols
-    write_length(buf, len(a9), False)
+    n10 = len(a9)
+    buf += _S1.pack(n10)
     for x in a9:
         _e_JoinGroupRequestProtocol_0(x, buf)
 
 
 def _d_JoinGroupRequest_2(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
-    n1, pos = read_array_length(data, pos, False, False, 'Protocols')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n8 = _S0.unpack_from(data, pos)[0]
+    if n8 >= 0:
+        end7 = pos + 2 + n8
+        if end7 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n9, pos = read_array_length(data, pos, False, False, 'Protocols')
+    if n9 < 0:
         f_protocols = None
     else:
         f_protocols = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupRequestProtocol_0(data, pos)
-            f_protocols.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_JoinGroupRequestProtocol_0(data, pos)
+            f_protocols.append(x10)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), pos
 
 
@@ -238,31 +340,70 @@ def _e_JoinGroupRequest_3(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.protocols
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_JoinGroupRequestProtocol_1(x, buf)
     buf.append(0)
 
 
 def _d_JoinGroupRequest_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    n1, pos = read_array_length(data, pos, True, False, 'Protocols')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    n9, pos = read_array_length(data, pos, True, False, 'Protocols')
+    if n9 < 0:
         f_protocols = None
     else:
         f_protocols = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupRequestProtocol_1(data, pos)
-            f_protocols.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = _d_JoinGroupRequestProtocol_1(data, pos)
+            f_protocols.append(x10)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), pos
 
 
@@ -301,43 +442,90 @@ def _e_JoinGroupRequest_4(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.protocols
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_JoinGroupRequestProtocol_1(x, buf)
-    s11 = m.reason
-    if s11 is None:
+    s12 = m.reason
+    if s12 is None:
         buf += b'\x00'
     else:
-        b10 = s11.encode()
-        b10n = len(b10) + 1
-        if b10n < 128:
-            buf.append(b10n)
+        b11 = s12.encode()
+        b11n = len(b11) + 1
+        if b11n < 128:
+            buf.append(b11n)
         else:
-            write_uvarint(buf, b10n)
-        buf += b10
+            write_uvarint(buf, b11n)
+        buf += b11
     buf.append(0)
 
 
 def _d_JoinGroupRequest_4(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_session_timeout_ms, f_rebalance_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 8
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    n1, pos = read_array_length(data, pos, True, False, 'Protocols')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    n9, pos = read_array_length(data, pos, True, False, 'Protocols')
+    if n9 < 0:
         f_protocols = None
     else:
         f_protocols = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupRequestProtocol_1(data, pos)
-            f_protocols.append(x2)
-    f_reason, pos = read_string(data, pos, True, True, 'Reason')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = _d_JoinGroupRequestProtocol_1(data, pos)
+            f_protocols.append(x10)
+    c12 = data[pos]
+    if 0 < c12 < 128:
+        end11 = pos + c12
+        if end11 > len(data):
+            raise truncated('Reason')
+        f_reason = str(data[pos + 1:end11], 'utf-8')
+        pos = end11
+    else:
+        f_reason, pos = read_string(data, pos, True, True, 'Reason')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason), pos
 
 

@@ -17,8 +17,9 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>hi')
-_S2 = struct.Struct('>ihi')
-_S3 = struct.Struct('>?')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>ihi')
+_S4 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -63,7 +64,15 @@ def _e_JoinGroupResponseMember_0(m, buf):
 
 
 def _d_JoinGroupResponseMember_0(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
     f_metadata, pos = read_bytes(data, pos, False, False, 'Metadata')
     return JoinGroupResponseMember(f_member_id, None, f_metadata), pos
 
@@ -85,8 +94,24 @@ def _e_JoinGroupResponseMember_1(m, buf):
 
 
 def _d_JoinGroupResponseMember_1(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
     f_metadata, pos = read_bytes(data, pos, False, False, 'Metadata')
     return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata), pos
 
@@ -117,13 +142,32 @@ def _e_JoinGroupResponseMember_2(m, buf):
 
 
 def _d_JoinGroupResponseMember_2(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
     f_metadata, pos = read_bytes(data, pos, True, False, 'Metadata')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata), pos
 
 
@@ -141,7 +185,8 @@ def _e_JoinGroupResponse_0(m, buf):
     buf += _S0.pack(len(b5))
     buf += b5
     a7 = m.members
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S2.pack(n8)
     for x in a7:
         _e_JoinGroupResponseMember_0(x, buf)
 
@@ -149,24 +194,48 @@ def _e_JoinGroupResponse_0(m, buf):
 def _d_JoinGroupResponse_0(data, pos):
     f_error_code, f_generation_id, = _S1.unpack_from(data, pos)
     pos += 6
-    f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, False, False, 'Leader')
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_leader, pos = read_string(data, pos, False, False, 'Leader')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n7, pos = read_array_length(data, pos, False, False, 'Members')
+    if n7 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_0(data, pos)
-            f_members.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupResponseMember_0(data, pos)
+            f_members.append(x8)
     return JoinGroupResponse(0, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_1(m, buf):
     if m.skip_assignment != False:
         raise unsupported('JoinGroupResponse', 'SkipAssignment', '9+')
-    buf += _S2.pack(m.throttle_time_ms, m.error_code, m.generation_id)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code, m.generation_id)
     b1 = m.protocol_name.encode()
     buf += _S0.pack(len(b1))
     buf += b1
@@ -177,32 +246,57 @@ def _e_JoinGroupResponse_1(m, buf):
     buf += _S0.pack(len(b5))
     buf += b5
     a7 = m.members
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S2.pack(n8)
     for x in a7:
         _e_JoinGroupResponseMember_0(x, buf)
 
 
 def _d_JoinGroupResponse_1(data, pos):
-    f_throttle_time_ms, f_error_code, f_generation_id, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id, = _S3.unpack_from(data, pos)
     pos += 10
-    f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, False, False, 'Leader')
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_leader, pos = read_string(data, pos, False, False, 'Leader')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n7, pos = read_array_length(data, pos, False, False, 'Members')
+    if n7 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_0(data, pos)
-            f_members.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupResponseMember_0(data, pos)
+            f_members.append(x8)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_2(m, buf):
     if m.skip_assignment != False:
         raise unsupported('JoinGroupResponse', 'SkipAssignment', '9+')
-    buf += _S2.pack(m.throttle_time_ms, m.error_code, m.generation_id)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code, m.generation_id)
     b1 = m.protocol_name.encode()
     buf += _S0.pack(len(b1))
     buf += b1
@@ -213,32 +307,57 @@ def _e_JoinGroupResponse_2(m, buf):
     buf += _S0.pack(len(b5))
     buf += b5
     a7 = m.members
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S2.pack(n8)
     for x in a7:
         _e_JoinGroupResponseMember_1(x, buf)
 
 
 def _d_JoinGroupResponse_2(data, pos):
-    f_throttle_time_ms, f_error_code, f_generation_id, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id, = _S3.unpack_from(data, pos)
     pos += 10
-    f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, False, False, 'Leader')
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_name, pos = read_string(data, pos, False, False, 'ProtocolName')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_leader, pos = read_string(data, pos, False, False, 'Leader')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n7, pos = read_array_length(data, pos, False, False, 'Members')
+    if n7 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_1(data, pos)
-            f_members.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupResponseMember_1(data, pos)
+            f_members.append(x8)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_3(m, buf):
     if m.skip_assignment != False:
         raise unsupported('JoinGroupResponse', 'SkipAssignment', '9+')
-    buf += _S2.pack(m.throttle_time_ms, m.error_code, m.generation_id)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code, m.generation_id)
     b1 = m.protocol_name.encode()
     b1n = len(b1) + 1
     if b1n < 128:
@@ -261,37 +380,68 @@ def _e_JoinGroupResponse_3(m, buf):
         write_uvarint(buf, b5n)
     buf += b5
     a7 = m.members
-    write_length(buf, len(a7), True)
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
     for x in a7:
         _e_JoinGroupResponseMember_2(x, buf)
     buf.append(0)
 
 
 def _d_JoinGroupResponse_3(data, pos):
-    f_throttle_time_ms, f_error_code, f_generation_id, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id, = _S3.unpack_from(data, pos)
     pos += 10
-    f_protocol_name, pos = read_string(data, pos, True, False, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, True, False, 'Leader')
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_name, pos = read_string(data, pos, True, False, 'ProtocolName')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_leader, pos = read_string(data, pos, True, False, 'Leader')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    n7, pos = read_array_length(data, pos, True, False, 'Members')
+    if n7 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_2(data, pos)
-            f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = _d_JoinGroupResponseMember_2(data, pos)
+            f_members.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_4(m, buf):
     if m.skip_assignment != False:
         raise unsupported('JoinGroupResponse', 'SkipAssignment', '9+')
-    buf += _S2.pack(m.throttle_time_ms, m.error_code, m.generation_id)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code, m.generation_id)
     s2 = m.protocol_type
     if s2 is None:
         buf += b'\x00'
@@ -329,36 +479,75 @@ def _e_JoinGroupResponse_4(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_JoinGroupResponseMember_2(x, buf)
     buf.append(0)
 
 
 def _d_JoinGroupResponse_4(data, pos):
-    f_throttle_time_ms, f_error_code, f_generation_id, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id, = _S3.unpack_from(data, pos)
     pos += 10
-    f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
-    f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, True, False, 'Leader')
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_leader, pos = read_string(data, pos, True, False, 'Leader')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    n9, pos = read_array_length(data, pos, True, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_2(data, pos)
-            f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = _d_JoinGroupResponseMember_2(data, pos)
+            f_members.append(x10)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
 def _e_JoinGroupResponse_5(m, buf):
-    buf += _S2.pack(m.throttle_time_ms, m.error_code, m.generation_id)
+    buf += _S3.pack(m.throttle_time_ms, m.error_code, m.generation_id)
     s2 = m.protocol_type
     if s2 is None:
         buf += b'\x00'
@@ -388,7 +577,7 @@ def _e_JoinGroupResponse_5(m, buf):
     else:
         write_uvarint(buf, b5n)
     buf += b5
-    buf += _S3.pack(m.skip_assignment)
+    buf += _S4.pack(m.skip_assignment)
     b7 = m.member_id.encode()
     b7n = len(b7) + 1
     if b7n < 128:
@@ -397,33 +586,72 @@ def _e_JoinGroupResponse_5(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_JoinGroupResponseMember_2(x, buf)
     buf.append(0)
 
 
 def _d_JoinGroupResponse_5(data, pos):
-    f_throttle_time_ms, f_error_code, f_generation_id, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, f_generation_id, = _S3.unpack_from(data, pos)
     pos += 10
-    f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
-    f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
-    f_leader, pos = read_string(data, pos, True, False, 'Leader')
-    f_skip_assignment, = _S3.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('Leader')
+        f_leader = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_leader, pos = read_string(data, pos, True, False, 'Leader')
+    f_skip_assignment, = _S4.unpack_from(data, pos)
     pos += 1
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    n9, pos = read_array_length(data, pos, True, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_JoinGroupResponseMember_2(data, pos)
-            f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = _d_JoinGroupResponseMember_2(data, pos)
+            f_members.append(x10)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members), pos
 
 

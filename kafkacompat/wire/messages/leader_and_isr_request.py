@@ -24,6 +24,7 @@ _S5 = struct.Struct('>ii')
 _S6 = struct.Struct('>iiq')
 _S7 = struct.Struct('>iiqb')
 _S8 = struct.Struct('>i?iqb')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -91,30 +92,40 @@ def _e_LeaderAndIsrPartitionState_0(m, buf):
     buf += b1
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a3 = m.isr
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf += _S2.pack(m.partition_epoch)
-    a4 = m.replicas
-    write_length(buf, len(a4), False)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a5 = m.replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
 
 
 def _d_LeaderAndIsrPartitionState_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, False, False, 'Isr')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Isr')
+    if n3 < 0:
         f_isr = None
     else:
-        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
+        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Isr')
     f_partition_epoch, = _S2.unpack_from(data, pos)
     pos += 4
-    n2, pos = read_array_length(data, pos, False, False, 'Replicas')
-    if n2 < 0:
+    n4, pos = read_array_length(data, pos, False, False, 'Replicas')
+    if n4 < 0:
         f_replicas = None
     else:
-        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n2, 'Replicas')
+        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'Replicas')
     return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], False, 0), pos
 
 
@@ -126,31 +137,41 @@ def _e_LeaderAndIsrPartitionState_1(m, buf):
     buf += b1
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a3 = m.isr
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf += _S2.pack(m.partition_epoch)
-    a4 = m.replicas
-    write_length(buf, len(a4), False)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a5 = m.replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
     buf += _S3.pack(m.is_new)
 
 
 def _d_LeaderAndIsrPartitionState_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, False, False, 'Isr')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Isr')
+    if n3 < 0:
         f_isr = None
     else:
-        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
+        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Isr')
     f_partition_epoch, = _S2.unpack_from(data, pos)
     pos += 4
-    n2, pos = read_array_length(data, pos, False, False, 'Replicas')
-    if n2 < 0:
+    n4, pos = read_array_length(data, pos, False, False, 'Replicas')
+    if n4 < 0:
         f_replicas = None
     else:
-        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n2, 'Replicas')
+        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'Replicas')
     f_is_new, = _S3.unpack_from(data, pos)
     pos += 1
     return LeaderAndIsrPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, [], [], f_is_new, 0), pos
@@ -161,12 +182,14 @@ def _e_LeaderAndIsrPartitionState_2(m, buf):
         raise unsupported('LeaderAndIsrPartitionState', 'LeaderRecoveryState', '6+')
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.partition_epoch)
-    a2 = m.replicas
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
+    a3 = m.replicas
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf += _S3.pack(m.is_new)
 
 
@@ -195,18 +218,22 @@ def _e_LeaderAndIsrPartitionState_3(m, buf):
         raise unsupported('LeaderAndIsrPartitionState', 'LeaderRecoveryState', '6+')
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.partition_epoch)
-    a2 = m.replicas
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.adding_replicas
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
-    a4 = m.removing_replicas
-    write_length(buf, len(a4), False)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a3 = m.replicas
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.adding_replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
+    a7 = m.removing_replicas
+    n8 = len(a7)
+    buf += _S2.pack(n8)
+    buf += (_Ai[n8] if n8 < 64 else struct.Struct(f'>{n8}i')).pack(*a7)
     buf += _S3.pack(m.is_new)
 
 
@@ -245,18 +272,34 @@ def _e_LeaderAndIsrPartitionState_4(m, buf):
         raise unsupported('LeaderAndIsrPartitionState', 'LeaderRecoveryState', '6+')
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.partition_epoch)
-    a2 = m.replicas
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.adding_replicas
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
-    a4 = m.removing_replicas
-    write_length(buf, len(a4), True)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a3 = m.replicas
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.adding_replicas
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
+    a7 = m.removing_replicas
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    buf += (_Ai[n8] if n8 < 64 else struct.Struct(f'>{n8}i')).pack(*a7)
     buf += _S3.pack(m.is_new)
     buf.append(0)
 
@@ -288,28 +331,47 @@ def _d_LeaderAndIsrPartitionState_4(data, pos):
         f_removing_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'RemovingReplicas')
     f_is_new, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, 0), pos
 
 
 def _e_LeaderAndIsrPartitionState_5(m, buf):
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.partition_epoch)
-    a2 = m.replicas
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.adding_replicas
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
-    a4 = m.removing_replicas
-    write_length(buf, len(a4), True)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a3 = m.replicas
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.adding_replicas
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
+    a7 = m.removing_replicas
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    buf += (_Ai[n8] if n8 < 64 else struct.Struct(f'>{n8}i')).pack(*a7)
     buf += _S4.pack(m.is_new, m.leader_recovery_state)
     buf.append(0)
 
@@ -341,10 +403,13 @@ def _d_LeaderAndIsrPartitionState_5(data, pos):
         f_removing_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'RemovingReplicas')
     f_is_new, f_leader_recovery_state, = _S4.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_partition_epoch, f_replicas, f_adding_replicas, f_removing_replicas, f_is_new, f_leader_recovery_state), pos
 
 
@@ -364,21 +429,30 @@ def _e_LeaderAndIsrTopicState_1(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_LeaderAndIsrPartitionState_2(x, buf)
 
 
 def _d_LeaderAndIsrTopicState_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionStates')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_LeaderAndIsrPartitionState_2(data, pos)
-            f_partition_states.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_LeaderAndIsrPartitionState_2(data, pos)
+            f_partition_states.append(x4)
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states), pos
 
 
@@ -387,21 +461,30 @@ def _e_LeaderAndIsrTopicState_2(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_LeaderAndIsrPartitionState_3(x, buf)
 
 
 def _d_LeaderAndIsrTopicState_2(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionStates')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_LeaderAndIsrPartitionState_3(data, pos)
-            f_partition_states.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_LeaderAndIsrPartitionState_3(data, pos)
+            f_partition_states.append(x4)
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states), pos
 
 
@@ -414,26 +497,41 @@ def _e_LeaderAndIsrTopicState_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_LeaderAndIsrPartitionState_4(x, buf)
     buf.append(0)
 
 
 def _d_LeaderAndIsrTopicState_3(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_LeaderAndIsrPartitionState_4(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_LeaderAndIsrPartitionState_4(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrTopicState(f_topic_name, ZERO_UUID, f_partition_states), pos
 
 
@@ -447,27 +545,42 @@ def _e_LeaderAndIsrTopicState_4(m, buf):
     buf += b1
     buf += uuid_bytes(m.topic_id)
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_LeaderAndIsrPartitionState_4(x, buf)
     buf.append(0)
 
 
 def _d_LeaderAndIsrTopicState_4(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_topic_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_LeaderAndIsrPartitionState_4(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_LeaderAndIsrPartitionState_4(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states), pos
 
 
@@ -481,27 +594,42 @@ def _e_LeaderAndIsrTopicState_5(m, buf):
     buf += b1
     buf += uuid_bytes(m.topic_id)
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_LeaderAndIsrPartitionState_5(x, buf)
     buf.append(0)
 
 
 def _d_LeaderAndIsrTopicState_5(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_topic_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_LeaderAndIsrPartitionState_5(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_LeaderAndIsrPartitionState_5(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrTopicState(f_topic_name, f_topic_id, f_partition_states), pos
 
 
@@ -516,7 +644,15 @@ def _e_LeaderAndIsrLiveLeader_0(m, buf):
 def _d_LeaderAndIsrLiveLeader_0(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host_name, pos = read_string(data, pos, False, False, 'HostName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('HostName')
+        f_host_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host_name, pos = read_string(data, pos, False, False, 'HostName')
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
     return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port), pos
@@ -538,13 +674,24 @@ def _e_LeaderAndIsrLiveLeader_1(m, buf):
 def _d_LeaderAndIsrLiveLeader_1(data, pos):
     f_broker_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host_name, pos = read_string(data, pos, True, False, 'HostName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('HostName')
+        f_host_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host_name, pos = read_string(data, pos, True, False, 'HostName')
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrLiveLeader(f_broker_id, f_host_name, f_port), pos
 
 
@@ -557,12 +704,14 @@ def _e_LeaderAndIsrRequest_0(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'TopicStates', '2+')
     buf += _S5.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_LeaderAndIsrPartitionState_0(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_0(x, buf)
 
 
@@ -597,12 +746,14 @@ def _e_LeaderAndIsrRequest_1(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'TopicStates', '2+')
     buf += _S5.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_LeaderAndIsrPartitionState_1(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_0(x, buf)
 
 
@@ -637,12 +788,14 @@ def _e_LeaderAndIsrRequest_2(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S6.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_LeaderAndIsrTopicState_1(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_0(x, buf)
 
 
@@ -677,12 +830,14 @@ def _e_LeaderAndIsrRequest_3(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S6.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_LeaderAndIsrTopicState_2(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_0(x, buf)
 
 
@@ -717,12 +872,20 @@ def _e_LeaderAndIsrRequest_4(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S6.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrTopicState_3(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_1(x, buf)
     buf.append(0)
 
@@ -746,10 +909,13 @@ def _d_LeaderAndIsrRequest_4(data, pos):
         for _ in range(n3):
             x4, pos = _d_LeaderAndIsrLiveLeader_1(data, pos)
             f_live_leaders.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, 0, [], f_topic_states, f_live_leaders), pos
 
 
@@ -760,12 +926,20 @@ def _e_LeaderAndIsrRequest_5(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S7.pack(m.controller_id, m.controller_epoch, m.broker_epoch, m.type)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrTopicState_4(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_1(x, buf)
     buf.append(0)
 
@@ -789,10 +963,13 @@ def _d_LeaderAndIsrRequest_5(data, pos):
         for _ in range(n3):
             x4, pos = _d_LeaderAndIsrLiveLeader_1(data, pos)
             f_live_leaders.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders), pos
 
 
@@ -803,12 +980,20 @@ def _e_LeaderAndIsrRequest_6(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S7.pack(m.controller_id, m.controller_epoch, m.broker_epoch, m.type)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrTopicState_5(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_1(x, buf)
     buf.append(0)
 
@@ -832,10 +1017,13 @@ def _d_LeaderAndIsrRequest_6(data, pos):
         for _ in range(n3):
             x4, pos = _d_LeaderAndIsrLiveLeader_1(data, pos)
             f_live_leaders.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders), pos
 
 
@@ -844,12 +1032,20 @@ def _e_LeaderAndIsrRequest_7(m, buf):
         raise unsupported('LeaderAndIsrRequest', 'UngroupedPartitionStates', '0-1')
     buf += _S8.pack(m.controller_id, m.is_k_raft_controller, m.controller_epoch, m.broker_epoch, m.type)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrTopicState_5(x, buf)
-    a2 = m.live_leaders
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_leaders
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_LeaderAndIsrLiveLeader_1(x, buf)
     buf.append(0)
 
@@ -873,10 +1069,13 @@ def _d_LeaderAndIsrRequest_7(data, pos):
         for _ in range(n3):
             x4, pos = _d_LeaderAndIsrLiveLeader_1(data, pos)
             f_live_leaders.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, f_type, [], f_topic_states, f_live_leaders), pos
 
 

@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>ih')
+_S2 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -61,7 +62,15 @@ def _e_LeaderAndIsrPartitionError_0(m, buf):
 
 
 def _d_LeaderAndIsrPartitionError_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
     return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code), pos
@@ -80,13 +89,24 @@ def _e_LeaderAndIsrPartitionError_1(m, buf):
 
 
 def _d_LeaderAndIsrPartitionError_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrPartitionError(f_topic_name, f_partition_index, f_error_code), pos
 
 
@@ -98,10 +118,13 @@ def _e_LeaderAndIsrPartitionError_2(m, buf):
 def _d_LeaderAndIsrPartitionError_2(data, pos):
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrPartitionError('', f_partition_index, f_error_code), pos
 
 
@@ -125,17 +148,24 @@ def _e_LeaderAndIsrTopicError_1(m, buf):
 
 
 def _d_LeaderAndIsrTopicError_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrTopicError(ZERO_UUID, []), pos
 
 
 def _e_LeaderAndIsrTopicError_2(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partition_errors
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrPartitionError_2(x, buf)
     buf.append(0)
@@ -151,10 +181,13 @@ def _d_LeaderAndIsrTopicError_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_LeaderAndIsrPartitionError_2(data, pos)
             f_partition_errors.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrTopicError(f_topic_id, f_partition_errors), pos
 
 
@@ -163,7 +196,8 @@ def _e_LeaderAndIsrResponse_0(m, buf):
         raise unsupported('LeaderAndIsrResponse', 'Topics', '5+')
     buf += _S0.pack(m.error_code)
     a1 = m.partition_errors
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_LeaderAndIsrPartitionError_0(x, buf)
 
@@ -187,7 +221,11 @@ def _e_LeaderAndIsrResponse_1(m, buf):
         raise unsupported('LeaderAndIsrResponse', 'Topics', '5+')
     buf += _S0.pack(m.error_code)
     a1 = m.partition_errors
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrPartitionError_1(x, buf)
     buf.append(0)
@@ -204,10 +242,13 @@ def _d_LeaderAndIsrResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_LeaderAndIsrPartitionError_1(data, pos)
             f_partition_errors.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrResponse(f_error_code, f_partition_errors, []), pos
 
 
@@ -216,7 +257,11 @@ def _e_LeaderAndIsrResponse_2(m, buf):
         raise unsupported('LeaderAndIsrResponse', 'PartitionErrors', '0-4')
     buf += _S0.pack(m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_LeaderAndIsrTopicError_2(x, buf)
     buf.append(0)
@@ -233,10 +278,13 @@ def _d_LeaderAndIsrResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_LeaderAndIsrTopicError_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderAndIsrResponse(f_error_code, [], f_topics), pos
 
 

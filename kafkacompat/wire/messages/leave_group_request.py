@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
+_S1 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -69,8 +70,24 @@ def _e_MemberIdentity_1(m, buf):
 
 
 def _d_MemberIdentity_1(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
     return MemberIdentity(f_member_id, f_group_instance_id, None), pos
 
 
@@ -97,12 +114,31 @@ def _e_MemberIdentity_2(m, buf):
 
 
 def _d_MemberIdentity_2(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MemberIdentity(f_member_id, f_group_instance_id, None), pos
 
 
@@ -140,13 +176,40 @@ def _e_MemberIdentity_3(m, buf):
 
 
 def _d_MemberIdentity_3(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    f_reason, pos = read_string(data, pos, True, True, 'Reason')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('Reason')
+        f_reason = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_reason, pos = read_string(data, pos, True, True, 'Reason')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MemberIdentity(f_member_id, f_group_instance_id, f_reason), pos
 
 
@@ -162,8 +225,24 @@ def _e_LeaveGroupRequest_0(m, buf):
 
 
 def _d_LeaveGroupRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
     return LeaveGroupRequest(f_group_id, f_member_id, []), pos
 
 
@@ -174,21 +253,30 @@ def _e_LeaveGroupRequest_1(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.members
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_MemberIdentity_1(x, buf)
 
 
 def _d_LeaveGroupRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, False, False, 'Members')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, False, False, 'Members')
+    if n3 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_MemberIdentity_1(data, pos)
-            f_members.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MemberIdentity_1(data, pos)
+            f_members.append(x4)
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
@@ -203,26 +291,41 @@ def _e_LeaveGroupRequest_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.members
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_MemberIdentity_2(x, buf)
     buf.append(0)
 
 
 def _d_LeaveGroupRequest_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Members')
+    if n3 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_MemberIdentity_2(data, pos)
-            f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_MemberIdentity_2(data, pos)
+            f_members.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
@@ -237,26 +340,41 @@ def _e_LeaveGroupRequest_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.members
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_MemberIdentity_3(x, buf)
     buf.append(0)
 
 
 def _d_LeaveGroupRequest_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Members')
+    if n3 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_MemberIdentity_3(data, pos)
-            f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_MemberIdentity_3(data, pos)
+            f_members.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 

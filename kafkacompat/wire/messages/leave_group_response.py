@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>ih')
+_S2 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -73,8 +74,24 @@ def _e_MemberResponse_1(m, buf):
 
 
 def _d_MemberResponse_1(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
     return MemberResponse(f_member_id, f_group_instance_id, f_error_code), pos
@@ -104,14 +121,33 @@ def _e_MemberResponse_2(m, buf):
 
 
 def _d_MemberResponse_2(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MemberResponse(f_member_id, f_group_instance_id, f_error_code), pos
 
 
@@ -142,7 +178,8 @@ def _d_LeaveGroupResponse_1(data, pos):
 def _e_LeaveGroupResponse_2(m, buf):
     buf += _S1.pack(m.throttle_time_ms, m.error_code)
     a1 = m.members
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_MemberResponse_1(x, buf)
 
@@ -164,7 +201,11 @@ def _d_LeaveGroupResponse_2(data, pos):
 def _e_LeaveGroupResponse_3(m, buf):
     buf += _S1.pack(m.throttle_time_ms, m.error_code)
     a1 = m.members
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MemberResponse_2(x, buf)
     buf.append(0)
@@ -181,10 +222,13 @@ def _d_LeaveGroupResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_MemberResponse_2(data, pos)
             f_members.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members), pos
 
 

@@ -38,10 +38,13 @@ def _e_ListClientMetricsResourcesRequest_0(m, buf):
 
 
 def _d_ListClientMetricsResourcesRequest_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListClientMetricsResourcesRequest(), pos
 
 

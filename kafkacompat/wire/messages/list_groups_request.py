@@ -54,10 +54,13 @@ def _e_ListGroupsRequest_1(m, buf):
 
 
 def _d_ListGroupsRequest_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsRequest([], []), pos
 
 
@@ -65,7 +68,11 @@ def _e_ListGroupsRequest_2(m, buf):
     if m.types_filter:
         raise unsupported('ListGroupsRequest', 'TypesFilter', '5+')
     a1 = m.states_filter
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
     buf.append(0)
@@ -80,21 +87,32 @@ def _d_ListGroupsRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = read_string(data, pos, True, False, 'StatesFilter')
             f_states_filter.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsRequest(f_states_filter, []), pos
 
 
 def _e_ListGroupsRequest_3(m, buf):
     a1 = m.states_filter
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
-    a2 = m.types_filter
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.types_filter
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         write_string(buf, x, True)
     buf.append(0)
 
@@ -116,10 +134,13 @@ def _d_ListGroupsRequest_3(data, pos):
         for _ in range(n3):
             x4, pos = read_string(data, pos, True, False, 'TypesFilter')
             f_types_filter.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsRequest(f_states_filter, f_types_filter), pos
 
 

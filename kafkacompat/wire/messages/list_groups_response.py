@@ -16,7 +16,8 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
-_S1 = struct.Struct('>ih')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>ih')
 
 
 @dataclass(slots=True)
@@ -56,8 +57,24 @@ def _e_ListedGroup_0(m, buf):
 
 
 def _d_ListedGroup_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_type, pos = read_string(data, pos, False, False, 'ProtocolType')
     return ListedGroup(f_group_id, f_protocol_type, '', ''), pos
 
 
@@ -80,12 +97,31 @@ def _e_ListedGroup_1(m, buf):
 
 
 def _d_ListedGroup_1(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListedGroup(f_group_id, f_protocol_type, '', ''), pos
 
 
@@ -115,13 +151,40 @@ def _e_ListedGroup_2(m, buf):
 
 
 def _d_ListedGroup_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, ''), pos
 
 
@@ -158,21 +221,57 @@ def _e_ListedGroup_3(m, buf):
 
 
 def _d_ListedGroup_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
-    f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
-    f_group_type, pos = read_string(data, pos, True, False, 'GroupType')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('GroupType')
+        f_group_type = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_group_type, pos = read_string(data, pos, True, False, 'GroupType')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, f_group_type), pos
 
 
 def _e_ListGroupsResponse_0(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListedGroup_0(x, buf)
 
@@ -192,15 +291,16 @@ def _d_ListGroupsResponse_0(data, pos):
 
 
 def _e_ListGroupsResponse_1(m, buf):
-    buf += _S1.pack(m.throttle_time_ms, m.error_code)
+    buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.groups
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListedGroup_0(x, buf)
 
 
 def _d_ListGroupsResponse_1(data, pos):
-    f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, False, False, 'Groups')
     if n1 < 0:
@@ -214,16 +314,20 @@ def _d_ListGroupsResponse_1(data, pos):
 
 
 def _e_ListGroupsResponse_2(m, buf):
-    buf += _S1.pack(m.throttle_time_ms, m.error_code)
+    buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListedGroup_1(x, buf)
     buf.append(0)
 
 
 def _d_ListGroupsResponse_2(data, pos):
-    f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, True, False, 'Groups')
     if n1 < 0:
@@ -233,24 +337,31 @@ def _d_ListGroupsResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_ListedGroup_1(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_3(m, buf):
-    buf += _S1.pack(m.throttle_time_ms, m.error_code)
+    buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListedGroup_2(x, buf)
     buf.append(0)
 
 
 def _d_ListGroupsResponse_3(data, pos):
-    f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, True, False, 'Groups')
     if n1 < 0:
@@ -260,24 +371,31 @@ def _d_ListGroupsResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_ListedGroup_2(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
 def _e_ListGroupsResponse_4(m, buf):
-    buf += _S1.pack(m.throttle_time_ms, m.error_code)
+    buf += _S2.pack(m.throttle_time_ms, m.error_code)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListedGroup_3(x, buf)
     buf.append(0)
 
 
 def _d_ListGroupsResponse_4(data, pos):
-    f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, True, False, 'Groups')
     if n1 < 0:
@@ -287,10 +405,13 @@ def _d_ListGroupsResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_ListedGroup_3(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 

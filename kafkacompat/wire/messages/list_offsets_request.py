@@ -102,10 +102,13 @@ def _e_ListOffsetsPartition_3(m, buf):
 def _d_ListOffsetsPartition_3(data, pos):
     f_partition_index, f_current_leader_epoch, f_timestamp, = _S2.unpack_from(data, pos)
     pos += 16
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp, 1), pos
 
 
@@ -114,21 +117,30 @@ def _e_ListOffsetsTopic_0(m, buf):
     buf += _S3.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_ListOffsetsPartition_0(x, buf)
 
 
 def _d_ListOffsetsTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartition_0(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -137,21 +149,30 @@ def _e_ListOffsetsTopic_1(m, buf):
     buf += _S3.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_ListOffsetsPartition_1(x, buf)
 
 
 def _d_ListOffsetsTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartition_1(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -160,21 +181,30 @@ def _e_ListOffsetsTopic_2(m, buf):
     buf += _S3.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_ListOffsetsPartition_2(x, buf)
 
 
 def _d_ListOffsetsTopic_2(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S3.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartition_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartition_2(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -187,26 +217,41 @@ def _e_ListOffsetsTopic_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ListOffsetsPartition_3(x, buf)
     buf.append(0)
 
 
 def _d_ListOffsetsTopic_3(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartition_3(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartition_3(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -215,7 +260,8 @@ def _e_ListOffsetsRequest_0(m, buf):
         raise unsupported('ListOffsetsRequest', 'IsolationLevel', '2+')
     buf += _S4.pack(m.replica_id)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_ListOffsetsTopic_0(x, buf)
 
@@ -239,7 +285,8 @@ def _e_ListOffsetsRequest_1(m, buf):
         raise unsupported('ListOffsetsRequest', 'IsolationLevel', '2+')
     buf += _S4.pack(m.replica_id)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_ListOffsetsTopic_1(x, buf)
 
@@ -261,7 +308,8 @@ def _d_ListOffsetsRequest_1(data, pos):
 def _e_ListOffsetsRequest_2(m, buf):
     buf += _S5.pack(m.replica_id, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_ListOffsetsTopic_1(x, buf)
 
@@ -283,7 +331,8 @@ def _d_ListOffsetsRequest_2(data, pos):
 def _e_ListOffsetsRequest_3(m, buf):
     buf += _S5.pack(m.replica_id, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S4.pack(n2)
     for x in a1:
         _e_ListOffsetsTopic_2(x, buf)
 
@@ -305,7 +354,11 @@ def _d_ListOffsetsRequest_3(data, pos):
 def _e_ListOffsetsRequest_4(m, buf):
     buf += _S5.pack(m.replica_id, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListOffsetsTopic_3(x, buf)
     buf.append(0)
@@ -322,17 +375,24 @@ def _d_ListOffsetsRequest_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_ListOffsetsTopic_3(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
 def _e_ListOffsetsRequest_5(m, buf):
     buf += _S5.pack(m.replica_id, m.isolation_level)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListOffsetsTopic_3(x, buf)
     buf += _S4.pack(m.timeout_ms)
@@ -352,10 +412,13 @@ def _d_ListOffsetsRequest_5(data, pos):
             f_topics.append(x2)
     f_timeout_ms, = _S4.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, f_timeout_ms), pos
 
 

@@ -16,10 +16,11 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>ih')
-_S1 = struct.Struct('>ihqq')
-_S2 = struct.Struct('>ihqqi')
-_S3 = struct.Struct('>h')
-_S4 = struct.Struct('>i')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>ihqq')
+_S3 = struct.Struct('>ihqqi')
+_S4 = struct.Struct('>h')
+_Aq = tuple(struct.Struct(f'>{n}q') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -66,8 +67,9 @@ def _e_ListOffsetsPartitionResponse_0(m, buf):
         raise unsupported('ListOffsetsPartitionResponse', 'LeaderEpoch', '4+')
     buf += _S0.pack(m.partition_index, m.error_code)
     a1 = m.old_style_offsets
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}q', *a1)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
+    buf += (_Aq[n2] if n2 < 64 else struct.Struct(f'>{n2}q')).pack(*a1)
 
 
 def _d_ListOffsetsPartitionResponse_0(data, pos):
@@ -86,11 +88,11 @@ def _e_ListOffsetsPartitionResponse_1(m, buf):
         raise unsupported('ListOffsetsPartitionResponse', 'OldStyleOffsets', '0')
     if m.leader_epoch != -1:
         raise unsupported('ListOffsetsPartitionResponse', 'LeaderEpoch', '4+')
-    buf += _S1.pack(m.partition_index, m.error_code, m.timestamp, m.offset)
+    buf += _S2.pack(m.partition_index, m.error_code, m.timestamp, m.offset)
 
 
 def _d_ListOffsetsPartitionResponse_1(data, pos):
-    f_partition_index, f_error_code, f_timestamp, f_offset, = _S1.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset, = _S2.unpack_from(data, pos)
     pos += 22
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, -1), pos
 
@@ -98,11 +100,11 @@ def _d_ListOffsetsPartitionResponse_1(data, pos):
 def _e_ListOffsetsPartitionResponse_2(m, buf):
     if m.old_style_offsets:
         raise unsupported('ListOffsetsPartitionResponse', 'OldStyleOffsets', '0')
-    buf += _S2.pack(m.partition_index, m.error_code, m.timestamp, m.offset, m.leader_epoch)
+    buf += _S3.pack(m.partition_index, m.error_code, m.timestamp, m.offset, m.leader_epoch)
 
 
 def _d_ListOffsetsPartitionResponse_2(data, pos):
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S2.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S3.unpack_from(data, pos)
     pos += 26
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch), pos
 
@@ -110,86 +112,116 @@ def _d_ListOffsetsPartitionResponse_2(data, pos):
 def _e_ListOffsetsPartitionResponse_3(m, buf):
     if m.old_style_offsets:
         raise unsupported('ListOffsetsPartitionResponse', 'OldStyleOffsets', '0')
-    buf += _S2.pack(m.partition_index, m.error_code, m.timestamp, m.offset, m.leader_epoch)
+    buf += _S3.pack(m.partition_index, m.error_code, m.timestamp, m.offset, m.leader_epoch)
     buf.append(0)
 
 
 def _d_ListOffsetsPartitionResponse_3(data, pos):
-    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S2.unpack_from(data, pos)
+    f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S3.unpack_from(data, pos)
     pos += 26
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, [], f_timestamp, f_offset, f_leader_epoch), pos
 
 
 def _e_ListOffsetsTopicResponse_0(m, buf):
     b1 = m.name.encode()
-    buf += _S3.pack(len(b1))
+    buf += _S4.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_ListOffsetsPartitionResponse_0(x, buf)
 
 
 def _d_ListOffsetsTopicResponse_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S4.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartitionResponse_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartitionResponse_0(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsTopicResponse_1(m, buf):
     b1 = m.name.encode()
-    buf += _S3.pack(len(b1))
+    buf += _S4.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_ListOffsetsPartitionResponse_1(x, buf)
 
 
 def _d_ListOffsetsTopicResponse_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S4.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartitionResponse_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartitionResponse_1(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsTopicResponse_2(m, buf):
     b1 = m.name.encode()
-    buf += _S3.pack(len(b1))
+    buf += _S4.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_ListOffsetsPartitionResponse_2(x, buf)
 
 
 def _d_ListOffsetsTopicResponse_2(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S4.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartitionResponse_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartitionResponse_2(data, pos)
+            f_partitions.append(x4)
     return ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
@@ -202,32 +234,48 @@ def _e_ListOffsetsTopicResponse_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ListOffsetsPartitionResponse_3(x, buf)
     buf.append(0)
 
 
 def _d_ListOffsetsTopicResponse_3(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_ListOffsetsPartitionResponse_3(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_ListOffsetsPartitionResponse_3(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
 def _e_ListOffsetsResponse_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListOffsetsTopicResponse_0(x, buf)
 
@@ -246,7 +294,8 @@ def _d_ListOffsetsResponse_0(data, pos):
 
 def _e_ListOffsetsResponse_1(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListOffsetsTopicResponse_1(x, buf)
 
@@ -264,15 +313,16 @@ def _d_ListOffsetsResponse_1(data, pos):
 
 
 def _e_ListOffsetsResponse_2(m, buf):
-    buf += _S4.pack(m.throttle_time_ms)
+    buf += _S1.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListOffsetsTopicResponse_1(x, buf)
 
 
 def _d_ListOffsetsResponse_2(data, pos):
-    f_throttle_time_ms, = _S4.unpack_from(data, pos)
+    f_throttle_time_ms, = _S1.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -286,15 +336,16 @@ def _d_ListOffsetsResponse_2(data, pos):
 
 
 def _e_ListOffsetsResponse_3(m, buf):
-    buf += _S4.pack(m.throttle_time_ms)
+    buf += _S1.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_ListOffsetsTopicResponse_2(x, buf)
 
 
 def _d_ListOffsetsResponse_3(data, pos):
-    f_throttle_time_ms, = _S4.unpack_from(data, pos)
+    f_throttle_time_ms, = _S1.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -308,16 +359,20 @@ def _d_ListOffsetsResponse_3(data, pos):
 
 
 def _e_ListOffsetsResponse_4(m, buf):
-    buf += _S4.pack(m.throttle_time_ms)
+    buf += _S1.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ListOffsetsTopicResponse_3(x, buf)
     buf.append(0)
 
 
 def _d_ListOffsetsResponse_4(data, pos):
-    f_throttle_time_ms, = _S4.unpack_from(data, pos)
+    f_throttle_time_ms, = _S1.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -327,10 +382,13 @@ def _d_ListOffsetsResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_ListOffsetsTopicResponse_3(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 

@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>i')
 _S1 = struct.Struct('>ih')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -57,14 +58,26 @@ ListPartitionReassignmentsResponse.OngoingTopicReassignment = OngoingTopicReassi
 def _e_OngoingPartitionReassignment_0(m, buf):
     buf += _S0.pack(m.partition_index)
     a1 = m.replicas
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.adding_replicas
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.removing_replicas
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.adding_replicas
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.removing_replicas
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
     buf.append(0)
 
 
@@ -86,10 +99,13 @@ def _d_OngoingPartitionReassignment_0(data, pos):
         f_removing_replicas = None
     else:
         f_removing_replicas, pos = read_fixed_array(data, pos, 'i', 4, n3, 'RemovingReplicas')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OngoingPartitionReassignment(f_partition_index, f_replicas, f_adding_replicas, f_removing_replicas), pos
 
 
@@ -102,26 +118,41 @@ def _e_OngoingTopicReassignment_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OngoingPartitionReassignment_0(x, buf)
     buf.append(0)
 
 
 def _d_OngoingTopicReassignment_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OngoingPartitionReassignment_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OngoingPartitionReassignment_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OngoingTopicReassignment(f_name, f_partitions), pos
 
 
@@ -139,7 +170,11 @@ def _e_ListPartitionReassignmentsResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OngoingTopicReassignment_0(x, buf)
     buf.append(0)
@@ -148,19 +183,30 @@ def _e_ListPartitionReassignmentsResponse_0(m, buf):
 def _d_ListPartitionReassignmentsResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OngoingTopicReassignment_0(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OngoingTopicReassignment_0(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_topics), pos
 
 

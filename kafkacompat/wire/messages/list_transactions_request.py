@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>q')
+_Aq = tuple(struct.Struct(f'>{n}q') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -40,12 +41,20 @@ def _e_ListTransactionsRequest_0(m, buf):
     if m.duration_filter != -1:
         raise unsupported('ListTransactionsRequest', 'DurationFilter', '1+')
     a1 = m.state_filters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
-    a2 = m.producer_id_filters
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}q', *a2)
+    a3 = m.producer_id_filters
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Aq[n4] if n4 < 64 else struct.Struct(f'>{n4}q')).pack(*a3)
     buf.append(0)
 
 
@@ -63,21 +72,32 @@ def _d_ListTransactionsRequest_0(data, pos):
         f_producer_id_filters = None
     else:
         f_producer_id_filters, pos = read_fixed_array(data, pos, 'q', 8, n3, 'ProducerIdFilters')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1), pos
 
 
 def _e_ListTransactionsRequest_1(m, buf):
     a1 = m.state_filters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
-    a2 = m.producer_id_filters
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}q', *a2)
+    a3 = m.producer_id_filters
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Aq[n4] if n4 < 64 else struct.Struct(f'>{n4}q')).pack(*a3)
     buf += _S0.pack(m.duration_filter)
     buf.append(0)
 
@@ -98,10 +118,13 @@ def _d_ListTransactionsRequest_1(data, pos):
         f_producer_id_filters, pos = read_fixed_array(data, pos, 'q', 8, n3, 'ProducerIdFilters')
     f_duration_filter, = _S0.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter), pos
 
 

@@ -66,26 +66,53 @@ def _e_TransactionState_0(m, buf):
 
 
 def _d_TransactionState_0(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
     f_producer_id, = _S0.unpack_from(data, pos)
     pos += 8
-    f_transaction_state, pos = read_string(data, pos, True, False, 'TransactionState')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('TransactionState')
+        f_transaction_state = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_transaction_state, pos = read_string(data, pos, True, False, 'TransactionState')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TransactionState(f_transactional_id, f_producer_id, f_transaction_state), pos
 
 
 def _e_ListTransactionsResponse_0(m, buf):
     buf += _S1.pack(m.throttle_time_ms, m.error_code)
     a1 = m.unknown_state_filters
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         write_string(buf, x, True)
-    a2 = m.transaction_states
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.transaction_states
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_TransactionState_0(x, buf)
     buf.append(0)
 
@@ -109,10 +136,13 @@ def _d_ListTransactionsResponse_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_TransactionState_0(data, pos)
             f_transaction_states.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states), pos
 
 

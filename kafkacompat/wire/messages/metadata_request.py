@@ -16,9 +16,10 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
-_S1 = struct.Struct('>?')
-_S2 = struct.Struct('>???')
-_S3 = struct.Struct('>??')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>?')
+_S3 = struct.Struct('>???')
+_S4 = struct.Struct('>??')
 
 
 @dataclass(slots=True)
@@ -54,7 +55,15 @@ def _e_MetadataRequestTopic_0(m, buf):
 
 
 def _d_MetadataRequestTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     return MetadataRequestTopic(ZERO_UUID, f_name), pos
 
 
@@ -70,11 +79,22 @@ def _e_MetadataRequestTopic_1(m, buf):
 
 
 def _d_MetadataRequestTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataRequestTopic(ZERO_UUID, f_name), pos
 
 
@@ -96,11 +116,22 @@ def _e_MetadataRequestTopic_2(m, buf):
 
 def _d_MetadataRequestTopic_2(data, pos):
     f_topic_id, pos = read_uuid(data, pos)
-    f_name, pos = read_string(data, pos, True, True, 'Name')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, True, 'Name')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataRequestTopic(f_topic_id, f_name), pos
 
 
@@ -112,7 +143,8 @@ def _e_MetadataRequest_0(m, buf):
     if m.include_topic_authorized_operations != False:
         raise unsupported('MetadataRequest', 'IncludeTopicAuthorizedOperations', '8+')
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_MetadataRequestTopic_0(x, buf)
 
@@ -140,7 +172,8 @@ def _e_MetadataRequest_1(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S1.pack(n2)
         for x in a1:
             _e_MetadataRequestTopic_0(x, buf)
 
@@ -166,10 +199,11 @@ def _e_MetadataRequest_2(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S1.pack(n2)
         for x in a1:
             _e_MetadataRequestTopic_0(x, buf)
-    buf += _S1.pack(m.allow_auto_topic_creation)
+    buf += _S2.pack(m.allow_auto_topic_creation)
 
 
 def _d_MetadataRequest_2(data, pos):
@@ -181,7 +215,7 @@ def _d_MetadataRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataRequestTopic_0(data, pos)
             f_topics.append(x2)
-    f_allow_auto_topic_creation, = _S1.unpack_from(data, pos)
+    f_allow_auto_topic_creation, = _S2.unpack_from(data, pos)
     pos += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, False), pos
 
@@ -191,10 +225,11 @@ def _e_MetadataRequest_3(m, buf):
     if a1 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a1), False)
+        n2 = len(a1)
+        buf += _S1.pack(n2)
         for x in a1:
             _e_MetadataRequestTopic_0(x, buf)
-    buf += _S2.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
+    buf += _S3.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
 
 
 def _d_MetadataRequest_3(data, pos):
@@ -206,7 +241,7 @@ def _d_MetadataRequest_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataRequestTopic_0(data, pos)
             f_topics.append(x2)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S2.unpack_from(data, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S3.unpack_from(data, pos)
     pos += 3
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
@@ -216,10 +251,14 @@ def _e_MetadataRequest_4(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_MetadataRequestTopic_1(x, buf)
-    buf += _S2.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
+    buf += _S3.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
     buf.append(0)
 
 
@@ -232,12 +271,15 @@ def _d_MetadataRequest_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataRequestTopic_1(data, pos)
             f_topics.append(x2)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S2.unpack_from(data, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S3.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
@@ -246,10 +288,14 @@ def _e_MetadataRequest_5(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_MetadataRequestTopic_2(x, buf)
-    buf += _S2.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
+    buf += _S3.pack(m.allow_auto_topic_creation, m.include_cluster_authorized_operations, m.include_topic_authorized_operations)
     buf.append(0)
 
 
@@ -262,12 +308,15 @@ def _d_MetadataRequest_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataRequestTopic_2(data, pos)
             f_topics.append(x2)
-    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S2.unpack_from(data, pos)
+    f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S3.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
@@ -278,10 +327,14 @@ def _e_MetadataRequest_6(m, buf):
     if a1 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a1), True)
+        n2 = len(a1)
+        if n2 < 127:
+            buf.append(n2 + 1)
+        else:
+            write_uvarint(buf, n2 + 1)
         for x in a1:
             _e_MetadataRequestTopic_2(x, buf)
-    buf += _S3.pack(m.allow_auto_topic_creation, m.include_topic_authorized_operations)
+    buf += _S4.pack(m.allow_auto_topic_creation, m.include_topic_authorized_operations)
     buf.append(0)
 
 
@@ -294,12 +347,15 @@ def _d_MetadataRequest_6(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataRequestTopic_2(data, pos)
             f_topics.append(x2)
-    f_allow_auto_topic_creation, f_include_topic_authorized_operations, = _S3.unpack_from(data, pos)
+    f_allow_auto_topic_creation, f_include_topic_authorized_operations, = _S4.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations), pos
 
 

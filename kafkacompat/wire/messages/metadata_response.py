@@ -20,6 +20,7 @@ _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>hii')
 _S3 = struct.Struct('>hiii')
 _S4 = struct.Struct('>?')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -87,7 +88,15 @@ def _e_MetadataResponseBroker_0(m, buf):
 def _d_MetadataResponseBroker_0(data, pos):
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
     return MetadataResponseBroker(f_node_id, f_host, f_port, None), pos
@@ -111,10 +120,26 @@ def _e_MetadataResponseBroker_1(m, buf):
 def _d_MetadataResponseBroker_1(data, pos):
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, False, True, 'Rack')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, False, True, 'Rack')
     return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -145,25 +170,46 @@ def _e_MetadataResponseBroker_2(m, buf):
 def _d_MetadataResponseBroker_2(data, pos):
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack), pos
 
 
 def _e_MetadataResponsePartition_0(m, buf):
     buf += _S2.pack(m.error_code, m.partition_index, m.leader_id)
     a1 = m.replica_nodes
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.isr_nodes
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.isr_nodes
+    n4 = len(a3)
+    buf += _S0.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_MetadataResponsePartition_0(data, pos):
@@ -185,14 +231,17 @@ def _d_MetadataResponsePartition_0(data, pos):
 def _e_MetadataResponsePartition_1(m, buf):
     buf += _S2.pack(m.error_code, m.partition_index, m.leader_id)
     a1 = m.replica_nodes
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.isr_nodes
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.offline_replicas
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.isr_nodes
+    n4 = len(a3)
+    buf += _S0.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.offline_replicas
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
 
 
 def _d_MetadataResponsePartition_1(data, pos):
@@ -219,14 +268,17 @@ def _d_MetadataResponsePartition_1(data, pos):
 def _e_MetadataResponsePartition_2(m, buf):
     buf += _S3.pack(m.error_code, m.partition_index, m.leader_id, m.leader_epoch)
     a1 = m.replica_nodes
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.isr_nodes
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.offline_replicas
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.isr_nodes
+    n4 = len(a3)
+    buf += _S0.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.offline_replicas
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
 
 
 def _d_MetadataResponsePartition_2(data, pos):
@@ -253,14 +305,26 @@ def _d_MetadataResponsePartition_2(data, pos):
 def _e_MetadataResponsePartition_3(m, buf):
     buf += _S3.pack(m.error_code, m.partition_index, m.leader_id, m.leader_epoch)
     a1 = m.replica_nodes
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
-    a2 = m.isr_nodes
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.offline_replicas
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    a3 = m.isr_nodes
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.offline_replicas
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
     buf.append(0)
 
 
@@ -282,10 +346,13 @@ def _d_MetadataResponsePartition_3(data, pos):
         f_offline_replicas = None
     else:
         f_offline_replicas, pos = read_fixed_array(data, pos, 'i', 4, n3, 'OfflineReplicas')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
@@ -297,7 +364,8 @@ def _e_MetadataResponseTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_MetadataResponsePartition_0(x, buf)
 
@@ -305,15 +373,23 @@ def _e_MetadataResponseTopic_0(m, buf):
 def _d_MetadataResponseTopic_0(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_0(data, pos)
+            f_partitions.append(x4)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, False, f_partitions, -2147483648), pos
 
 
@@ -326,7 +402,8 @@ def _e_MetadataResponseTopic_1(m, buf):
     buf += b1
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_MetadataResponsePartition_0(x, buf)
 
@@ -334,17 +411,25 @@ def _e_MetadataResponseTopic_1(m, buf):
 def _d_MetadataResponseTopic_1(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_0(data, pos)
+            f_partitions.append(x4)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), pos
 
 
@@ -357,7 +442,8 @@ def _e_MetadataResponseTopic_2(m, buf):
     buf += b1
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_MetadataResponsePartition_1(x, buf)
 
@@ -365,17 +451,25 @@ def _e_MetadataResponseTopic_2(m, buf):
 def _d_MetadataResponseTopic_2(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_1(data, pos)
+            f_partitions.append(x4)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), pos
 
 
@@ -388,7 +482,8 @@ def _e_MetadataResponseTopic_3(m, buf):
     buf += b1
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_MetadataResponsePartition_2(x, buf)
 
@@ -396,17 +491,25 @@ def _e_MetadataResponseTopic_3(m, buf):
 def _d_MetadataResponseTopic_3(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_2(data, pos)
+            f_partitions.append(x4)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, -2147483648), pos
 
 
@@ -417,7 +520,8 @@ def _e_MetadataResponseTopic_4(m, buf):
     buf += b1
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_MetadataResponsePartition_2(x, buf)
     buf += _S0.pack(m.topic_authorized_operations)
@@ -426,17 +530,25 @@ def _e_MetadataResponseTopic_4(m, buf):
 def _d_MetadataResponseTopic_4(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, False, False, 'Name')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_2(data, pos)
+            f_partitions.append(x4)
     f_topic_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations), pos
@@ -453,7 +565,11 @@ def _e_MetadataResponseTopic_5(m, buf):
     buf += b1
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_MetadataResponsePartition_3(x, buf)
     buf += _S0.pack(m.topic_authorized_operations)
@@ -463,23 +579,34 @@ def _e_MetadataResponseTopic_5(m, buf):
 def _d_MetadataResponseTopic_5(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_3(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_3(data, pos)
+            f_partitions.append(x4)
     f_topic_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -495,7 +622,11 @@ def _e_MetadataResponseTopic_6(m, buf):
     buf += uuid_bytes(m.topic_id)
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_MetadataResponsePartition_3(x, buf)
     buf += _S0.pack(m.topic_authorized_operations)
@@ -505,24 +636,35 @@ def _e_MetadataResponseTopic_6(m, buf):
 def _d_MetadataResponseTopic_6(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, True, False, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_3(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_3(data, pos)
+            f_partitions.append(x4)
     f_topic_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -542,7 +684,11 @@ def _e_MetadataResponseTopic_7(m, buf):
     buf += uuid_bytes(m.topic_id)
     buf += _S4.pack(m.is_internal)
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_MetadataResponsePartition_3(x, buf)
     buf += _S0.pack(m.topic_authorized_operations)
@@ -552,24 +698,35 @@ def _e_MetadataResponseTopic_7(m, buf):
 def _d_MetadataResponseTopic_7(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_name, pos = read_string(data, pos, True, True, 'Name')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, True, 'Name')
     f_topic_id, pos = read_uuid(data, pos)
     f_is_internal, = _S4.unpack_from(data, pos)
     pos += 1
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_MetadataResponsePartition_3(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_MetadataResponsePartition_3(data, pos)
+            f_partitions.append(x4)
     f_topic_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -577,12 +734,14 @@ def _e_MetadataResponse_0(m, buf):
     if m.cluster_authorized_operations != -2147483648:
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_0(x, buf)
-    a2 = m.topics
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.topics
+    n4 = len(a3)
+    buf += _S0.pack(n4)
+    for x in a3:
         _e_MetadataResponseTopic_0(x, buf)
 
 
@@ -610,13 +769,15 @@ def _e_MetadataResponse_1(m, buf):
     if m.cluster_authorized_operations != -2147483648:
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
     buf += _S0.pack(m.controller_id)
-    a2 = m.topics
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.topics
+    n4 = len(a3)
+    buf += _S0.pack(n4)
+    for x in a3:
         _e_MetadataResponseTopic_1(x, buf)
 
 
@@ -646,20 +807,22 @@ def _e_MetadataResponse_2(m, buf):
     if m.cluster_authorized_operations != -2147483648:
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_MetadataResponseTopic_1(x, buf)
 
 
@@ -672,17 +835,25 @@ def _d_MetadataResponse_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_1(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_1(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_1(data, pos)
+            f_topics.append(x6)
     return MetadataResponse(0, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -691,20 +862,22 @@ def _e_MetadataResponse_3(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_MetadataResponseTopic_1(x, buf)
 
 
@@ -719,17 +892,25 @@ def _d_MetadataResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_1(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_1(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_1(data, pos)
+            f_topics.append(x6)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -738,20 +919,22 @@ def _e_MetadataResponse_4(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_MetadataResponseTopic_2(x, buf)
 
 
@@ -766,17 +949,25 @@ def _d_MetadataResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_1(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_2(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_2(data, pos)
+            f_topics.append(x6)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -785,20 +976,22 @@ def _e_MetadataResponse_5(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_MetadataResponseTopic_3(x, buf)
 
 
@@ -813,37 +1006,47 @@ def _d_MetadataResponse_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_1(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_3(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_3(data, pos)
+            f_topics.append(x6)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
 def _e_MetadataResponse_6(m, buf):
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_MetadataResponseBroker_1(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), False)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    buf += _S0.pack(n6)
+    for x in a5:
         _e_MetadataResponseTopic_4(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
 
@@ -859,17 +1062,25 @@ def _d_MetadataResponse_6(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_1(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, False, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_4(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_4(data, pos)
+            f_topics.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, 0), pos
@@ -878,24 +1089,32 @@ def _d_MetadataResponse_6(data, pos):
 def _e_MetadataResponse_7(m, buf):
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MetadataResponseBroker_2(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_MetadataResponseTopic_5(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
     buf.append(0)
@@ -912,47 +1131,66 @@ def _d_MetadataResponse_7(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_2(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_5(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_5(data, pos)
+            f_topics.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, 0), pos
 
 
 def _e_MetadataResponse_8(m, buf):
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MetadataResponseBroker_2(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_MetadataResponseTopic_6(x, buf)
     buf += _S0.pack(m.cluster_authorized_operations)
     buf.append(0)
@@ -969,23 +1207,34 @@ def _d_MetadataResponse_8(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_2(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_6(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_6(data, pos)
+            f_topics.append(x6)
     f_cluster_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, 0), pos
 
 
@@ -994,24 +1243,32 @@ def _e_MetadataResponse_9(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MetadataResponseBroker_2(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_MetadataResponseTopic_6(x, buf)
     buf.append(0)
 
@@ -1027,21 +1284,32 @@ def _d_MetadataResponse_9(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_2(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_6(data, pos)
-            f_topics.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_6(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -1050,24 +1318,32 @@ def _e_MetadataResponse_10(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MetadataResponseBroker_2(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_MetadataResponseTopic_7(x, buf)
     buf.append(0)
 
@@ -1083,21 +1359,32 @@ def _d_MetadataResponse_10(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_2(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_7(data, pos)
-            f_topics.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_7(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -1106,24 +1393,32 @@ def _e_MetadataResponse_11(m, buf):
         raise unsupported('MetadataResponse', 'ClusterAuthorizedOperations', '8-10')
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.brokers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_MetadataResponseBroker_2(x, buf)
-    s3 = m.cluster_id
-    if s3 is None:
+    s4 = m.cluster_id
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf += _S0.pack(m.controller_id)
-    a4 = m.topics
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_MetadataResponseTopic_7(x, buf)
     buf += _S1.pack(m.error_code)
     buf.append(0)
@@ -1140,23 +1435,34 @@ def _d_MetadataResponse_11(data, pos):
         for _ in range(n1):
             x2, pos = _d_MetadataResponseBroker_2(data, pos)
             f_brokers.append(x2)
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_controller_id, = _S0.unpack_from(data, pos)
     pos += 4
-    n3, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n3 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n3):
-            x4, pos = _d_MetadataResponseTopic_7(data, pos)
-            f_topics.append(x4)
+        for _ in range(n5):
+            x6, pos = _d_MetadataResponseTopic_7(data, pos)
+            f_topics.append(x6)
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_error_code), pos
 
 

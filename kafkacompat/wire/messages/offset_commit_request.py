@@ -77,7 +77,15 @@ def _e_OffsetCommitRequestPartition_0(m, buf):
 def _d_OffsetCommitRequestPartition_0(data, pos):
     f_partition_index, f_committed_offset, = _S0.unpack_from(data, pos)
     pos += 12
-    f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, -1, f_committed_metadata), pos
 
 
@@ -95,7 +103,15 @@ def _e_OffsetCommitRequestPartition_1(m, buf):
 def _d_OffsetCommitRequestPartition_1(data, pos):
     f_partition_index, f_committed_offset, f_commit_timestamp, = _S2.unpack_from(data, pos)
     pos += 20
-    f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_commit_timestamp, f_committed_metadata), pos
 
 
@@ -115,7 +131,15 @@ def _e_OffsetCommitRequestPartition_2(m, buf):
 def _d_OffsetCommitRequestPartition_2(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S3.unpack_from(data, pos)
     pos += 16
-    f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata), pos
 
 
@@ -140,11 +164,22 @@ def _e_OffsetCommitRequestPartition_3(m, buf):
 def _d_OffsetCommitRequestPartition_3(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S3.unpack_from(data, pos)
     pos += 16
-    f_committed_metadata, pos = read_string(data, pos, True, True, 'CommittedMetadata')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, True, True, 'CommittedMetadata')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, -1, f_committed_metadata), pos
 
 
@@ -153,21 +188,30 @@ def _e_OffsetCommitRequestTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_OffsetCommitRequestPartition_0(x, buf)
 
 
 def _d_OffsetCommitRequestTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetCommitRequestPartition_0(data, pos)
+            f_partitions.append(x4)
     return OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -176,21 +220,30 @@ def _e_OffsetCommitRequestTopic_1(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_OffsetCommitRequestPartition_1(x, buf)
 
 
 def _d_OffsetCommitRequestTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestPartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetCommitRequestPartition_1(data, pos)
+            f_partitions.append(x4)
     return OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -199,21 +252,30 @@ def _e_OffsetCommitRequestTopic_2(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_OffsetCommitRequestPartition_2(x, buf)
 
 
 def _d_OffsetCommitRequestTopic_2(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestPartition_2(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetCommitRequestPartition_2(data, pos)
+            f_partitions.append(x4)
     return OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -226,26 +288,41 @@ def _e_OffsetCommitRequestTopic_3(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OffsetCommitRequestPartition_3(x, buf)
     buf.append(0)
 
 
 def _d_OffsetCommitRequestTopic_3(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestPartition_3(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OffsetCommitRequestPartition_3(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -256,21 +333,30 @@ def _e_OffsetCommitRequest_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S4.pack(n4)
     for x in a3:
         _e_OffsetCommitRequestTopic_0(x, buf)
 
 
 def _d_OffsetCommitRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetCommitRequestTopic_0(data, pos)
+            f_topics.append(x4)
     return OffsetCommitRequest(f_group_id, -1, '', None, -1, f_topics), pos
 
 
@@ -285,24 +371,41 @@ def _e_OffsetCommitRequest_1(m, buf):
     buf += _S1.pack(len(b3))
     buf += b3
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_OffsetCommitRequestTopic_1(x, buf)
 
 
 def _d_OffsetCommitRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_1(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_OffsetCommitRequestTopic_1(data, pos)
+            f_topics.append(x6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
@@ -318,26 +421,43 @@ def _e_OffsetCommitRequest_2(m, buf):
     buf += b3
     buf += _S5.pack(m.retention_time_ms)
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_OffsetCommitRequestTopic_0(x, buf)
 
 
 def _d_OffsetCommitRequest_2(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
     f_retention_time_ms, = _S5.unpack_from(data, pos)
     pos += 8
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_OffsetCommitRequestTopic_0(data, pos)
+            f_topics.append(x6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, f_retention_time_ms, f_topics), pos
 
 
@@ -352,24 +472,41 @@ def _e_OffsetCommitRequest_3(m, buf):
     buf += _S1.pack(len(b3))
     buf += b3
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_OffsetCommitRequestTopic_0(x, buf)
 
 
 def _d_OffsetCommitRequest_3(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_OffsetCommitRequestTopic_0(data, pos)
+            f_topics.append(x6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
@@ -384,24 +521,41 @@ def _e_OffsetCommitRequest_4(m, buf):
     buf += _S1.pack(len(b3))
     buf += b3
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S4.pack(n6)
     for x in a5:
         _e_OffsetCommitRequestTopic_2(x, buf)
 
 
 def _d_OffsetCommitRequest_4(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_2(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_OffsetCommitRequestTopic_2(data, pos)
+            f_topics.append(x6)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, None, -1, f_topics), pos
 
 
@@ -421,25 +575,50 @@ def _e_OffsetCommitRequest_5(m, buf):
         buf += _S1.pack(len(b5))
         buf += b5
     a7 = m.topics
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S4.pack(n8)
     for x in a7:
         _e_OffsetCommitRequestTopic_2(x, buf)
 
 
 def _d_OffsetCommitRequest_5(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n6 = _S1.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n7, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n7 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_2(data, pos)
-            f_topics.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_OffsetCommitRequestTopic_2(data, pos)
+            f_topics.append(x8)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 
@@ -471,30 +650,61 @@ def _e_OffsetCommitRequest_6(m, buf):
             write_uvarint(buf, b5n)
         buf += b5
     a7 = m.topics
-    write_length(buf, len(a7), True)
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
     for x in a7:
         _e_OffsetCommitRequestTopic_3(x, buf)
     buf.append(0)
 
 
 def _d_OffsetCommitRequest_6(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    n7, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n7 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetCommitRequestTopic_3(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = _d_OffsetCommitRequestTopic_3(data, pos)
+            f_topics.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 

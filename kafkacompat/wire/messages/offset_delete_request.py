@@ -64,21 +64,30 @@ def _e_OffsetDeleteRequestTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_OffsetDeleteRequestPartition_0(x, buf)
 
 
 def _d_OffsetDeleteRequestTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetDeleteRequestPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetDeleteRequestPartition_0(data, pos)
+            f_partitions.append(x4)
     return OffsetDeleteRequestTopic(f_name, f_partitions), pos
 
 
@@ -87,21 +96,30 @@ def _e_OffsetDeleteRequest_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_OffsetDeleteRequestTopic_0(x, buf)
 
 
 def _d_OffsetDeleteRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetDeleteRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetDeleteRequestTopic_0(data, pos)
+            f_topics.append(x4)
     return OffsetDeleteRequest(f_group_id, f_topics), pos
 
 

@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>ih')
 _S1 = struct.Struct('>h')
-_S2 = struct.Struct('>hi')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>hi')
 
 
 @dataclass(slots=True)
@@ -67,34 +68,44 @@ def _e_OffsetDeleteResponseTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_OffsetDeleteResponsePartition_0(x, buf)
 
 
 def _d_OffsetDeleteResponseTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetDeleteResponsePartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetDeleteResponsePartition_0(data, pos)
+            f_partitions.append(x4)
     return OffsetDeleteResponseTopic(f_name, f_partitions), pos
 
 
 def _e_OffsetDeleteResponse_0(m, buf):
-    buf += _S2.pack(m.error_code, m.throttle_time_ms)
+    buf += _S3.pack(m.error_code, m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_OffsetDeleteResponseTopic_0(x, buf)
 
 
 def _d_OffsetDeleteResponse_0(data, pos):
-    f_error_code, f_throttle_time_ms, = _S2.unpack_from(data, pos)
+    f_error_code, f_throttle_time_ms, = _S3.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:

@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>i')
 _S2 = struct.Struct('>?')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -67,17 +68,26 @@ def _e_OffsetFetchRequestTopic_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_OffsetFetchRequestTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
@@ -90,22 +100,37 @@ def _e_OffsetFetchRequestTopic_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_OffsetFetchRequestTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
@@ -118,10 +143,13 @@ def _e_OffsetFetchRequestTopic_2(m, buf):
 
 
 def _d_OffsetFetchRequestTopic_2(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestTopic('', []), pos
 
 
@@ -145,10 +173,13 @@ def _e_OffsetFetchRequestTopics_1(m, buf):
 
 
 def _d_OffsetFetchRequestTopics_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestTopics('', []), pos
 
 
@@ -161,22 +192,37 @@ def _e_OffsetFetchRequestTopics_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_OffsetFetchRequestTopics_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestTopics(f_name, f_partition_indexes), pos
 
 
@@ -200,10 +246,13 @@ def _e_OffsetFetchRequestGroup_1(m, buf):
 
 
 def _d_OffsetFetchRequestGroup_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestGroup('', None, -1, []), pos
 
 
@@ -219,26 +268,41 @@ def _e_OffsetFetchRequestGroup_2(m, buf):
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             _e_OffsetFetchRequestTopics_2(x, buf)
     buf.append(0)
 
 
 def _d_OffsetFetchRequestGroup_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, True, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, True, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopics_2(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchRequestTopics_2(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestGroup(f_group_id, None, -1, f_topics), pos
 
 
@@ -266,29 +330,52 @@ def _e_OffsetFetchRequestGroup_3(m, buf):
     if a5 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a5), True)
+        n6 = len(a5)
+        if n6 < 127:
+            buf.append(n6 + 1)
+        else:
+            write_uvarint(buf, n6 + 1)
         for x in a5:
             _e_OffsetFetchRequestTopics_2(x, buf)
     buf.append(0)
 
 
 def _d_OffsetFetchRequestGroup_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
     f_member_epoch, = _S1.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, True, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, True, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopics_2(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_OffsetFetchRequestTopics_2(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics), pos
 
 
@@ -301,21 +388,30 @@ def _e_OffsetFetchRequest_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
     for x in a3:
         _e_OffsetFetchRequestTopic_0(x, buf)
 
 
 def _d_OffsetFetchRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchRequestTopic_0(data, pos)
+            f_topics.append(x4)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
@@ -331,21 +427,30 @@ def _e_OffsetFetchRequest_1(m, buf):
     if a3 is None:
         buf += b'\xff\xff\xff\xff'
     else:
-        write_length(buf, len(a3), False)
+        n4 = len(a3)
+        buf += _S1.pack(n4)
         for x in a3:
             _e_OffsetFetchRequestTopic_0(x, buf)
 
 
 def _d_OffsetFetchRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, False, True, 'Topics')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, False, True, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchRequestTopic_0(data, pos)
+            f_topics.append(x4)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
@@ -365,26 +470,41 @@ def _e_OffsetFetchRequest_2(m, buf):
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             _e_OffsetFetchRequestTopic_1(x, buf)
     buf.append(0)
 
 
 def _d_OffsetFetchRequest_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, True, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, True, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopic_1(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchRequestTopic_1(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequest(f_group_id, f_topics, [], False), pos
 
 
@@ -402,7 +522,11 @@ def _e_OffsetFetchRequest_3(m, buf):
     if a3 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a3), True)
+        n4 = len(a3)
+        if n4 < 127:
+            buf.append(n4 + 1)
+        else:
+            write_uvarint(buf, n4 + 1)
         for x in a3:
             _e_OffsetFetchRequestTopic_1(x, buf)
     buf += _S2.pack(m.require_stable)
@@ -410,21 +534,32 @@ def _e_OffsetFetchRequest_3(m, buf):
 
 
 def _d_OffsetFetchRequest_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, True, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, True, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchRequestTopic_1(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchRequestTopic_1(data, pos)
+            f_topics.append(x4)
     f_require_stable, = _S2.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequest(f_group_id, f_topics, [], f_require_stable), pos
 
 
@@ -434,7 +569,11 @@ def _e_OffsetFetchRequest_4(m, buf):
     if m.topics:
         raise unsupported('OffsetFetchRequest', 'Topics', '0-7')
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_OffsetFetchRequestGroup_2(x, buf)
     buf += _S2.pack(m.require_stable)
@@ -452,10 +591,13 @@ def _d_OffsetFetchRequest_4(data, pos):
             f_groups.append(x2)
     f_require_stable, = _S2.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
 
 
@@ -465,7 +607,11 @@ def _e_OffsetFetchRequest_5(m, buf):
     if m.topics:
         raise unsupported('OffsetFetchRequest', 'Topics', '0-7')
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_OffsetFetchRequestGroup_3(x, buf)
     buf += _S2.pack(m.require_stable)
@@ -483,10 +629,13 @@ def _d_OffsetFetchRequest_5(data, pos):
             f_groups.append(x2)
     f_require_stable, = _S2.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
 
 

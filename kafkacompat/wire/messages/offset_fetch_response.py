@@ -97,7 +97,15 @@ def _e_OffsetFetchResponsePartition_0(m, buf):
 def _d_OffsetFetchResponsePartition_0(data, pos):
     f_partition_index, f_committed_offset, = _S0.unpack_from(data, pos)
     pos += 12
-    f_metadata, pos = read_string(data, pos, False, True, 'Metadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Metadata')
+        f_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_metadata, pos = read_string(data, pos, False, True, 'Metadata')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, -1, f_metadata, f_error_code), pos
@@ -118,7 +126,15 @@ def _e_OffsetFetchResponsePartition_1(m, buf):
 def _d_OffsetFetchResponsePartition_1(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 16
-    f_metadata, pos = read_string(data, pos, False, True, 'Metadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Metadata')
+        f_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_metadata, pos = read_string(data, pos, False, True, 'Metadata')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
@@ -144,13 +160,24 @@ def _e_OffsetFetchResponsePartition_2(m, buf):
 def _d_OffsetFetchResponsePartition_2(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 16
-    f_metadata, pos = read_string(data, pos, True, True, 'Metadata')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Metadata')
+        f_metadata = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_metadata, pos = read_string(data, pos, True, True, 'Metadata')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
@@ -167,10 +194,13 @@ def _e_OffsetFetchResponsePartition_3(m, buf):
 
 
 def _d_OffsetFetchResponsePartition_3(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponsePartition(0, 0, -1, '', 0), pos
 
 
@@ -179,21 +209,30 @@ def _e_OffsetFetchResponseTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_OffsetFetchResponsePartition_0(x, buf)
 
 
 def _d_OffsetFetchResponseTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchResponsePartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponsePartition_0(data, pos)
+            f_partitions.append(x4)
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
@@ -202,21 +241,30 @@ def _e_OffsetFetchResponseTopic_1(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_OffsetFetchResponsePartition_1(x, buf)
 
 
 def _d_OffsetFetchResponseTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchResponsePartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponsePartition_1(data, pos)
+            f_partitions.append(x4)
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
@@ -229,26 +277,41 @@ def _e_OffsetFetchResponseTopic_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OffsetFetchResponsePartition_2(x, buf)
     buf.append(0)
 
 
 def _d_OffsetFetchResponseTopic_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchResponsePartition_2(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponsePartition_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
@@ -261,10 +324,13 @@ def _e_OffsetFetchResponseTopic_3(m, buf):
 
 
 def _d_OffsetFetchResponseTopic_3(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseTopic('', []), pos
 
 
@@ -296,10 +362,13 @@ def _e_OffsetFetchResponsePartitions_1(m, buf):
 
 
 def _d_OffsetFetchResponsePartitions_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponsePartitions(0, 0, -1, '', 0), pos
 
 
@@ -323,13 +392,24 @@ def _e_OffsetFetchResponsePartitions_2(m, buf):
 def _d_OffsetFetchResponsePartitions_2(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 16
-    f_metadata, pos = read_string(data, pos, True, True, 'Metadata')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Metadata')
+        f_metadata = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_metadata, pos = read_string(data, pos, True, True, 'Metadata')
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
@@ -353,10 +433,13 @@ def _e_OffsetFetchResponseTopics_1(m, buf):
 
 
 def _d_OffsetFetchResponseTopics_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseTopics('', []), pos
 
 
@@ -369,26 +452,41 @@ def _e_OffsetFetchResponseTopics_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OffsetFetchResponsePartitions_2(x, buf)
     buf.append(0)
 
 
 def _d_OffsetFetchResponseTopics_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchResponsePartitions_2(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponsePartitions_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseTopics(f_name, f_partitions), pos
 
 
@@ -416,10 +514,13 @@ def _e_OffsetFetchResponseGroup_1(m, buf):
 
 
 def _d_OffsetFetchResponseGroup_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseGroup('', [], 0), pos
 
 
@@ -432,7 +533,11 @@ def _e_OffsetFetchResponseGroup_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_OffsetFetchResponseTopics_2(x, buf)
     buf += _S1.pack(m.error_code)
@@ -440,21 +545,32 @@ def _e_OffsetFetchResponseGroup_2(m, buf):
 
 
 def _d_OffsetFetchResponseGroup_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_OffsetFetchResponseTopics_2(data, pos)
-            f_topics.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponseTopics_2(data, pos)
+            f_topics.append(x4)
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code), pos
 
 
@@ -462,7 +578,8 @@ def _e_OffsetFetchResponse_0(m, buf):
     if m.groups:
         raise unsupported('OffsetFetchResponse', 'Groups', '8+')
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetFetchResponseTopic_0(x, buf)
 
@@ -483,7 +600,8 @@ def _e_OffsetFetchResponse_1(m, buf):
     if m.groups:
         raise unsupported('OffsetFetchResponse', 'Groups', '8+')
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetFetchResponseTopic_0(x, buf)
     buf += _S1.pack(m.error_code)
@@ -508,7 +626,8 @@ def _e_OffsetFetchResponse_2(m, buf):
         raise unsupported('OffsetFetchResponse', 'Groups', '8+')
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetFetchResponseTopic_0(x, buf)
     buf += _S1.pack(m.error_code)
@@ -535,7 +654,8 @@ def _e_OffsetFetchResponse_3(m, buf):
         raise unsupported('OffsetFetchResponse', 'Groups', '8+')
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetFetchResponseTopic_1(x, buf)
     buf += _S1.pack(m.error_code)
@@ -562,7 +682,11 @@ def _e_OffsetFetchResponse_4(m, buf):
         raise unsupported('OffsetFetchResponse', 'Groups', '8+')
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_OffsetFetchResponseTopic_2(x, buf)
     buf += _S1.pack(m.error_code)
@@ -582,10 +706,13 @@ def _d_OffsetFetchResponse_4(data, pos):
             f_topics.append(x2)
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, []), pos
 
 
@@ -594,7 +721,11 @@ def _e_OffsetFetchResponse_5(m, buf):
         raise unsupported('OffsetFetchResponse', 'Topics', '0-7')
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_OffsetFetchResponseGroup_2(x, buf)
     buf.append(0)
@@ -611,10 +742,13 @@ def _d_OffsetFetchResponse_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_OffsetFetchResponseGroup_2(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups), pos
 
 

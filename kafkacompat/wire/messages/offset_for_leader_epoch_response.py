@@ -82,10 +82,13 @@ def _e_EpochEndOffset_2(m, buf):
 def _d_EpochEndOffset_2(data, pos):
     f_error_code, f_partition, f_leader_epoch, f_end_offset, = _S1.unpack_from(data, pos)
     pos += 18
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset), pos
 
 
@@ -94,21 +97,30 @@ def _e_OffsetForLeaderTopicResult_0(m, buf):
     buf += _S2.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_EpochEndOffset_0(x, buf)
 
 
 def _d_OffsetForLeaderTopicResult_0(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S2.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_EpochEndOffset_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_EpochEndOffset_0(data, pos)
+            f_partitions.append(x4)
     return OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
@@ -117,21 +129,30 @@ def _e_OffsetForLeaderTopicResult_1(m, buf):
     buf += _S2.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_EpochEndOffset_1(x, buf)
 
 
 def _d_OffsetForLeaderTopicResult_1(data, pos):
-    f_topic, pos = read_string(data, pos, False, False, 'Topic')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S2.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, False, False, 'Topic')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_EpochEndOffset_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_EpochEndOffset_1(data, pos)
+            f_partitions.append(x4)
     return OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
@@ -144,32 +165,48 @@ def _e_OffsetForLeaderTopicResult_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_EpochEndOffset_2(x, buf)
     buf.append(0)
 
 
 def _d_OffsetForLeaderTopicResult_2(data, pos):
-    f_topic, pos = read_string(data, pos, True, False, 'Topic')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Topic')
+        f_topic = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic, pos = read_string(data, pos, True, False, 'Topic')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_EpochEndOffset_2(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_EpochEndOffset_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
 def _e_OffsetForLeaderEpochResponse_0(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetForLeaderTopicResult_0(x, buf)
 
@@ -188,7 +225,8 @@ def _d_OffsetForLeaderEpochResponse_0(data, pos):
 
 def _e_OffsetForLeaderEpochResponse_1(m, buf):
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetForLeaderTopicResult_1(x, buf)
 
@@ -208,7 +246,8 @@ def _d_OffsetForLeaderEpochResponse_1(data, pos):
 def _e_OffsetForLeaderEpochResponse_2(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S3.pack(n2)
     for x in a1:
         _e_OffsetForLeaderTopicResult_1(x, buf)
 
@@ -230,7 +269,11 @@ def _d_OffsetForLeaderEpochResponse_2(data, pos):
 def _e_OffsetForLeaderEpochResponse_3(m, buf):
     buf += _S3.pack(m.throttle_time_ms)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_OffsetForLeaderTopicResult_2(x, buf)
     buf.append(0)
@@ -247,10 +290,13 @@ def _d_OffsetForLeaderEpochResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_OffsetForLeaderTopicResult_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics), pos
 
 

@@ -85,10 +85,13 @@ def _d_PartitionProduceData_1(data, pos):
     f_index, = _S0.unpack_from(data, pos)
     pos += 4
     f_records, pos = read_bytes(data, pos, True, True, 'Records', copy=False)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionProduceData(f_index, f_records), pos
 
 
@@ -97,21 +100,30 @@ def _e_TopicProduceData_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_data
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionProduceData_0(x, buf)
 
 
 def _d_TopicProduceData_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionData')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionData')
+    if n3 < 0:
         f_partition_data = None
     else:
         f_partition_data = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceData_0(data, pos)
-            f_partition_data.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceData_0(data, pos)
+            f_partition_data.append(x4)
     return TopicProduceData(f_name, f_partition_data), pos
 
 
@@ -124,26 +136,41 @@ def _e_TopicProduceData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_data
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionProduceData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicProduceData_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionData')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionData')
+    if n3 < 0:
         f_partition_data = None
     else:
         f_partition_data = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceData_1(data, pos)
-            f_partition_data.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceData_1(data, pos)
+            f_partition_data.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicProduceData(f_name, f_partition_data), pos
 
 
@@ -152,7 +179,8 @@ def _e_ProduceRequest_0(m, buf):
         raise unsupported('ProduceRequest', 'TransactionalId', '3+')
     buf += _S2.pack(m.acks, m.timeout_ms)
     a1 = m.topic_data
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceData_0(x, buf)
 
@@ -181,23 +209,32 @@ def _e_ProduceRequest_1(m, buf):
         buf += b1
     buf += _S2.pack(m.acks, m.timeout_ms)
     a3 = m.topic_data
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_TopicProduceData_0(x, buf)
 
 
 def _d_ProduceRequest_1(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, True, 'TransactionalId')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, True, 'TransactionalId')
     f_acks, f_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, False, False, 'TopicData')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'TopicData')
+    if n3 < 0:
         f_topic_data = None
     else:
         f_topic_data = []
-        for _ in range(n1):
-            x2, pos = _d_TopicProduceData_0(data, pos)
-            f_topic_data.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_TopicProduceData_0(data, pos)
+            f_topic_data.append(x4)
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 
@@ -215,28 +252,43 @@ def _e_ProduceRequest_2(m, buf):
         buf += b1
     buf += _S2.pack(m.acks, m.timeout_ms)
     a3 = m.topic_data
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicProduceData_1(x, buf)
     buf.append(0)
 
 
 def _d_ProduceRequest_2(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
     f_acks, f_timeout_ms, = _S2.unpack_from(data, pos)
     pos += 6
-    n1, pos = read_array_length(data, pos, True, False, 'TopicData')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'TopicData')
+    if n3 < 0:
         f_topic_data = None
     else:
         f_topic_data = []
-        for _ in range(n1):
-            x2, pos = _d_TopicProduceData_1(data, pos)
-            f_topic_data.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_TopicProduceData_1(data, pos)
+            f_topic_data.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 

@@ -109,7 +109,15 @@ def _e_BatchIndexAndErrorMessage_1(m, buf):
 def _d_BatchIndexAndErrorMessage_1(data, pos):
     f_batch_index, = _S0.unpack_from(data, pos)
     pos += 4
-    f_batch_index_error_message, pos = read_string(data, pos, False, True, 'BatchIndexErrorMessage')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('BatchIndexErrorMessage')
+        f_batch_index_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_batch_index_error_message, pos = read_string(data, pos, False, True, 'BatchIndexErrorMessage')
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
@@ -132,11 +140,22 @@ def _e_BatchIndexAndErrorMessage_2(m, buf):
 def _d_BatchIndexAndErrorMessage_2(data, pos):
     f_batch_index, = _S0.unpack_from(data, pos)
     pos += 4
-    f_batch_index_error_message, pos = read_string(data, pos, True, True, 'BatchIndexErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('BatchIndexErrorMessage')
+        f_batch_index_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_batch_index_error_message, pos = read_string(data, pos, True, True, 'BatchIndexErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
@@ -160,10 +179,13 @@ def _e_LeaderIdAndEpoch_1(m, buf):
 
 
 def _d_LeaderIdAndEpoch_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(-1, -1), pos
 
 
@@ -175,10 +197,13 @@ def _e_LeaderIdAndEpoch_2(m, buf):
 def _d_LeaderIdAndEpoch_2(data, pos):
     f_leader_id, f_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -223,16 +248,17 @@ def _e_PartitionProduceResponse_3(m, buf):
         raise unsupported('PartitionProduceResponse', 'CurrentLeader', '10+')
     buf += _S5.pack(m.index, m.error_code, m.base_offset, m.log_append_time_ms, m.log_start_offset)
     a1 = m.record_errors
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_BatchIndexAndErrorMessage_1(x, buf)
-    s3 = m.error_message
-    if s3 is None:
+    s4 = m.error_message
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S1.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S1.pack(len(b3))
+        buf += b3
 
 
 def _d_PartitionProduceResponse_3(data, pos):
@@ -246,7 +272,15 @@ def _d_PartitionProduceResponse_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_BatchIndexAndErrorMessage_1(data, pos)
             f_record_errors.append(x2)
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch()), pos
 
 
@@ -255,20 +289,24 @@ def _e_PartitionProduceResponse_4(m, buf):
         raise unsupported('PartitionProduceResponse', 'CurrentLeader', '10+')
     buf += _S5.pack(m.index, m.error_code, m.base_offset, m.log_append_time_ms, m.log_start_offset)
     a1 = m.record_errors
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_BatchIndexAndErrorMessage_2(x, buf)
-    s3 = m.error_message
-    if s3 is None:
+    s4 = m.error_message
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf.append(0)
 
 
@@ -283,36 +321,51 @@ def _d_PartitionProduceResponse_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_BatchIndexAndErrorMessage_2(data, pos)
             f_record_errors.append(x2)
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, LeaderIdAndEpoch()), pos
 
 
 def _e_PartitionProduceResponse_5(m, buf):
     buf += _S5.pack(m.index, m.error_code, m.base_offset, m.log_append_time_ms, m.log_start_offset)
     a1 = m.record_errors
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_BatchIndexAndErrorMessage_2(x, buf)
-    s3 = m.error_message
-    if s3 is None:
+    s4 = m.error_message
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     tags = []
-    v4 = m.current_leader
-    if v4 != LeaderIdAndEpoch():
+    v5 = m.current_leader
+    if v5 != LeaderIdAndEpoch():
         t = bytearray()
-        _e_LeaderIdAndEpoch_2(v4, t)
+        _e_LeaderIdAndEpoch_2(v5, t)
         tags.append((0, t))
     write_tagged(buf, tags)
 
@@ -328,19 +381,30 @@ def _d_PartitionProduceResponse_5(data, pos):
         for _ in range(n1):
             x2, pos = _d_BatchIndexAndErrorMessage_2(data, pos)
             f_record_errors.append(x2)
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_current_leader = LeaderIdAndEpoch()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('CurrentLeader')
-            f_current_leader, p = _d_LeaderIdAndEpoch_2(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('CurrentLeader')
+                f_current_leader, p = _d_LeaderIdAndEpoch_2(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, f_current_leader), pos
 
 
@@ -349,21 +413,30 @@ def _e_TopicProduceResponse_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionProduceResponse_0(x, buf)
 
 
 def _d_TopicProduceResponse_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_0(data, pos)
-            f_partition_responses.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_0(data, pos)
+            f_partition_responses.append(x4)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -372,21 +445,30 @@ def _e_TopicProduceResponse_1(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionProduceResponse_1(x, buf)
 
 
 def _d_TopicProduceResponse_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_1(data, pos)
-            f_partition_responses.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_1(data, pos)
+            f_partition_responses.append(x4)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -395,21 +477,30 @@ def _e_TopicProduceResponse_2(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionProduceResponse_2(x, buf)
 
 
 def _d_TopicProduceResponse_2(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_2(data, pos)
-            f_partition_responses.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_2(data, pos)
+            f_partition_responses.append(x4)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -418,21 +509,30 @@ def _e_TopicProduceResponse_3(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S0.pack(n4)
     for x in a3:
         _e_PartitionProduceResponse_3(x, buf)
 
 
 def _d_TopicProduceResponse_3(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_3(data, pos)
-            f_partition_responses.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_3(data, pos)
+            f_partition_responses.append(x4)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -445,26 +545,41 @@ def _e_TopicProduceResponse_4(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionProduceResponse_4(x, buf)
     buf.append(0)
 
 
 def _d_TopicProduceResponse_4(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionResponses')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_4(data, pos)
-            f_partition_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_4(data, pos)
+            f_partition_responses.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -477,26 +592,41 @@ def _e_TopicProduceResponse_5(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_responses
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionProduceResponse_5(x, buf)
     buf.append(0)
 
 
 def _d_TopicProduceResponse_5(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionResponses')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionResponses')
+    if n3 < 0:
         f_partition_responses = None
     else:
         f_partition_responses = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionProduceResponse_5(data, pos)
-            f_partition_responses.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionProduceResponse_5(data, pos)
+            f_partition_responses.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicProduceResponse(f_name, f_partition_responses), pos
 
 
@@ -528,10 +658,13 @@ def _e_NodeEndpoint_1(m, buf):
 
 
 def _d_NodeEndpoint_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(0, '', 0, None), pos
 
 
@@ -562,14 +695,33 @@ def _e_NodeEndpoint_2(m, buf):
 def _d_NodeEndpoint_2(data, pos):
     f_node_id, = _S0.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -577,7 +729,8 @@ def _e_ProduceResponse_0(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceResponse_0(x, buf)
 
@@ -598,7 +751,8 @@ def _e_ProduceResponse_1(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceResponse_0(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
@@ -622,7 +776,8 @@ def _e_ProduceResponse_2(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceResponse_1(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
@@ -646,7 +801,8 @@ def _e_ProduceResponse_3(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceResponse_2(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
@@ -670,7 +826,8 @@ def _e_ProduceResponse_4(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S0.pack(n2)
     for x in a1:
         _e_TopicProduceResponse_3(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
@@ -694,7 +851,11 @@ def _e_ProduceResponse_5(m, buf):
     if m.node_endpoints:
         raise unsupported('ProduceResponse', 'NodeEndpoints', '10+')
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicProduceResponse_4(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
@@ -712,26 +873,37 @@ def _d_ProduceResponse_5(data, pos):
             f_responses.append(x2)
     f_throttle_time_ms, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ProduceResponse(f_responses, f_throttle_time_ms, []), pos
 
 
 def _e_ProduceResponse_6(m, buf):
     a1 = m.responses
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicProduceResponse_5(x, buf)
     buf += _S0.pack(m.throttle_time_ms)
     tags = []
-    v2 = m.node_endpoints
-    if v2:
+    v3 = m.node_endpoints
+    if v3:
         t = bytearray()
-        a3 = v2
-        write_length(t, len(a3), True)
-        for x in a3:
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
             _e_NodeEndpoint_2(x, t)
         tags.append((0, t))
     write_tagged(buf, tags)
@@ -749,24 +921,27 @@ def _d_ProduceResponse_6(data, pos):
     f_throttle_time_ms, = _S0.unpack_from(data, pos)
     pos += 4
     f_node_endpoints = []
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('NodeEndpoints')
-            n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
-            if n3 < 0:
-                f_node_endpoints = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('NodeEndpoints')
+                n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
+                if n3 < 0:
+                    f_node_endpoints = None
+                else:
+                    f_node_endpoints = []
+                    for _ in range(n3):
+                        x4, p = _d_NodeEndpoint_2(data, p)
+                        f_node_endpoints.append(x4)
             else:
-                f_node_endpoints = []
-                for _ in range(n3):
-                    x4, p = _d_NodeEndpoint_2(data, p)
-                    f_node_endpoints.append(x4)
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints), pos
 
 

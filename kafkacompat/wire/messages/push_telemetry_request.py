@@ -52,10 +52,13 @@ def _d_PushTelemetryRequest_0(data, pos):
     f_subscription_id, f_terminating, f_compression_type, = _S0.unpack_from(data, pos)
     pos += 6
     f_metrics, pos = read_bytes(data, pos, True, False, 'Metrics')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PushTelemetryRequest(f_client_instance_id, f_subscription_id, f_terminating, f_compression_type, f_metrics), pos
 
 

@@ -71,10 +71,13 @@ def _e_StateBatch_0(m, buf):
 def _d_StateBatch_0(data, pos):
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, = _S0.unpack_from(data, pos)
     pos += 19
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count), pos
 
 
@@ -93,7 +96,11 @@ def _e_PartitionResult_0(m, buf):
         buf += b1
     buf += _S2.pack(m.state_epoch, m.start_offset)
     a3 = m.state_batches
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_StateBatch_0(x, buf)
     buf.append(0)
@@ -102,28 +109,43 @@ def _e_PartitionResult_0(m, buf):
 def _d_PartitionResult_0(data, pos):
     f_partition, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_state_epoch, f_start_offset, = _S2.unpack_from(data, pos)
     pos += 12
-    n1, pos = read_array_length(data, pos, True, False, 'StateBatches')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'StateBatches')
+    if n3 < 0:
         f_state_batches = None
     else:
         f_state_batches = []
-        for _ in range(n1):
-            x2, pos = _d_StateBatch_0(data, pos)
-            f_state_batches.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_StateBatch_0(data, pos)
+            f_state_batches.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_state_batches), pos
 
 
 def _e_ReadStateResult_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionResult_0(x, buf)
     buf.append(0)
@@ -139,16 +161,23 @@ def _d_ReadStateResult_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionResult_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReadStateResult(f_topic_id, f_partitions), pos
 
 
 def _e_ReadShareGroupStateResponse_0(m, buf):
     a1 = m.results
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_ReadStateResult_0(x, buf)
     buf.append(0)
@@ -163,10 +192,13 @@ def _d_ReadShareGroupStateResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_ReadStateResult_0(data, pos)
             f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ReadShareGroupStateResponse(f_results), pos
 
 

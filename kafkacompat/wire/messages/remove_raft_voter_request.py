@@ -54,14 +54,25 @@ def _e_RemoveRaftVoterRequest_0(m, buf):
 
 
 def _d_RemoveRaftVoterRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_voter_id, = _S0.unpack_from(data, pos)
     pos += 4
     f_voter_directory_id, pos = read_uuid(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return RemoveRaftVoterRequest(f_cluster_id, f_voter_id, f_voter_directory_id), pos
 
 

@@ -55,11 +55,22 @@ def _e_RemoveRaftVoterResponse_0(m, buf):
 def _d_RemoveRaftVoterResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return RemoveRaftVoterResponse(f_throttle_time_ms, f_error_code, f_error_message), pos
 
 

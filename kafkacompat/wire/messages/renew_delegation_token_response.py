@@ -54,10 +54,13 @@ def _e_RenewDelegationTokenResponse_1(m, buf):
 def _d_RenewDelegationTokenResponse_1(data, pos):
     f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms, = _S0.unpack_from(data, pos)
     pos += 14
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return RenewDelegationTokenResponse(f_error_code, f_expiry_timestamp_ms, f_throttle_time_ms), pos
 
 

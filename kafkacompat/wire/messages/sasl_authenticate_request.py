@@ -53,10 +53,13 @@ def _e_SaslAuthenticateRequest_1(m, buf):
 
 def _d_SaslAuthenticateRequest_1(data, pos):
     f_auth_bytes, pos = read_bytes(data, pos, True, False, 'AuthBytes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SaslAuthenticateRequest(f_auth_bytes), pos
 
 

@@ -55,7 +55,15 @@ def _e_SaslAuthenticateResponse_0(m, buf):
 def _d_SaslAuthenticateResponse_0(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_auth_bytes, pos = read_bytes(data, pos, False, False, 'AuthBytes')
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, 0), pos
 
@@ -78,7 +86,15 @@ def _e_SaslAuthenticateResponse_1(m, buf):
 def _d_SaslAuthenticateResponse_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, False, True, 'ErrorMessage')
     f_auth_bytes, pos = read_bytes(data, pos, False, False, 'AuthBytes')
     f_session_lifetime_ms, = _S1.unpack_from(data, pos)
     pos += 8
@@ -108,14 +124,25 @@ def _e_SaslAuthenticateResponse_2(m, buf):
 def _d_SaslAuthenticateResponse_2(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_auth_bytes, pos = read_bytes(data, pos, True, False, 'AuthBytes')
     f_session_lifetime_ms, = _S1.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms), pos
 
 

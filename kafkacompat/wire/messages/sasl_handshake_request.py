@@ -41,7 +41,15 @@ def _e_SaslHandshakeRequest_0(m, buf):
 
 
 def _d_SaslHandshakeRequest_0(data, pos):
-    f_mechanism, pos = read_string(data, pos, False, False, 'Mechanism')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Mechanism')
+        f_mechanism = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_mechanism, pos = read_string(data, pos, False, False, 'Mechanism')
     return SaslHandshakeRequest(f_mechanism), pos
 
 

@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
+_S1 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -38,7 +39,8 @@ class SaslHandshakeResponse:
 def _e_SaslHandshakeResponse_0(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.mechanisms
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         write_string(buf, x, False)
 

@@ -80,10 +80,13 @@ def _e_LeaderIdAndEpoch_0(m, buf):
 def _d_LeaderIdAndEpoch_0(data, pos):
     f_leader_id, f_leader_epoch, = _S0.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -107,19 +110,34 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_current_leader, pos = _d_LeaderIdAndEpoch_0(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_current_leader), pos
 
 
 def _e_ShareAcknowledgeTopicResponse_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_0(x, buf)
     buf.append(0)
@@ -135,10 +153,13 @@ def _d_ShareAcknowledgeTopicResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareAcknowledgeTopicResponse(f_topic_id, f_partitions), pos
 
 
@@ -169,14 +190,33 @@ def _e_NodeEndpoint_0(m, buf):
 def _d_NodeEndpoint_0(data, pos):
     f_node_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -194,12 +234,20 @@ def _e_ShareAcknowledgeResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.responses
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ShareAcknowledgeTopicResponse_0(x, buf)
-    a4 = m.node_endpoints
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.node_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_NodeEndpoint_0(x, buf)
     buf.append(0)
 
@@ -207,27 +255,38 @@ def _e_ShareAcknowledgeResponse_0(m, buf):
 def _d_ShareAcknowledgeResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Responses')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n3 < 0:
         f_responses = None
     else:
         f_responses = []
-        for _ in range(n1):
-            x2, pos = _d_ShareAcknowledgeTopicResponse_0(data, pos)
-            f_responses.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_ShareAcknowledgeTopicResponse_0(data, pos)
+            f_responses.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
+    if n5 < 0:
         f_node_endpoints = None
     else:
         f_node_endpoints = []
-        for _ in range(n3):
-            x4, pos = _d_NodeEndpoint_0(data, pos)
-            f_node_endpoints.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_NodeEndpoint_0(data, pos)
+            f_node_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints), pos
 
 

@@ -18,6 +18,8 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>qq')
 _S1 = struct.Struct('>ii')
 _S2 = struct.Struct('>iiii')
+_Ab = tuple(struct.Struct(f'>{n}b') for n in range(64))
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -76,8 +78,12 @@ ShareFetchRequest.ForgottenTopic = ForgottenTopic  # type: ignore[attr-defined]
 def _e_AcknowledgementBatch_0(m, buf):
     buf += _S0.pack(m.first_offset, m.last_offset)
     a1 = m.acknowledge_types
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}b', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ab[n2] if n2 < 64 else struct.Struct(f'>{n2}b')).pack(*a1)
     buf.append(0)
 
 
@@ -89,17 +95,24 @@ def _d_AcknowledgementBatch_0(data, pos):
         f_acknowledge_types = None
     else:
         f_acknowledge_types, pos = read_fixed_array(data, pos, 'b', 1, n1, 'AcknowledgeTypes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types), pos
 
 
 def _e_FetchPartition_0(m, buf):
     buf += _S1.pack(m.partition_index, m.partition_max_bytes)
     a1 = m.acknowledgement_batches
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_AcknowledgementBatch_0(x, buf)
     buf.append(0)
@@ -116,17 +129,24 @@ def _d_FetchPartition_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_AcknowledgementBatch_0(data, pos)
             f_acknowledgement_batches.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchPartition(f_partition_index, f_partition_max_bytes, f_acknowledgement_batches), pos
 
 
 def _e_FetchTopic_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FetchPartition_0(x, buf)
     buf.append(0)
@@ -142,18 +162,25 @@ def _d_FetchTopic_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_FetchPartition_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FetchTopic(f_topic_id, f_partitions), pos
 
 
 def _e_ForgottenTopic_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -164,10 +191,13 @@ def _d_ForgottenTopic_0(data, pos):
         f_partitions = None
     else:
         f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ForgottenTopic(f_topic_id, f_partitions), pos
 
 
@@ -196,41 +226,68 @@ def _e_ShareFetchRequest_0(m, buf):
         buf += b3
     buf += _S2.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes)
     a5 = m.topics
-    write_length(buf, len(a5), True)
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
     for x in a5:
         _e_FetchTopic_0(x, buf)
-    a6 = m.forgotten_topics_data
-    write_length(buf, len(a6), True)
-    for x in a6:
+    a7 = m.forgotten_topics_data
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    for x in a7:
         _e_ForgottenTopic_0(x, buf)
     buf.append(0)
 
 
 def _d_ShareFetchRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, True, True, 'GroupId')
-    f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, True, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
     f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S2.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_FetchTopic_0(data, pos)
-            f_topics.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
-    if n3 < 0:
+        for _ in range(n5):
+            x6, pos = _d_FetchTopic_0(data, pos)
+            f_topics.append(x6)
+    n7, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
+    if n7 < 0:
         f_forgotten_topics_data = None
     else:
         f_forgotten_topics_data = []
-        for _ in range(n3):
-            x4, pos = _d_ForgottenTopic_0(data, pos)
-            f_forgotten_topics_data.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = _d_ForgottenTopic_0(data, pos)
+            f_forgotten_topics_data.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_topics, f_forgotten_topics_data), pos
 
 

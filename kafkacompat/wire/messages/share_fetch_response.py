@@ -94,10 +94,13 @@ def _e_LeaderIdAndEpoch_0(m, buf):
 def _d_LeaderIdAndEpoch_0(data, pos):
     f_leader_id, f_leader_epoch, = _S0.unpack_from(data, pos)
     pos += 8
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -109,10 +112,13 @@ def _e_AcquiredRecords_0(m, buf):
 def _d_AcquiredRecords_0(data, pos):
     f_first_offset, f_last_offset, f_delivery_count, = _S1.unpack_from(data, pos)
     pos += 18
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return AcquiredRecords(f_first_offset, f_last_offset, f_delivery_count), pos
 
 
@@ -149,7 +155,11 @@ def _e_PartitionData_0(m, buf):
         write_length(buf, len(b5), True)
         buf += b5
     a6 = m.acquired_records
-    write_length(buf, len(a6), True)
+    n7 = len(a6)
+    if n7 < 127:
+        buf.append(n7 + 1)
+    else:
+        write_uvarint(buf, n7 + 1)
     for x in a6:
         _e_AcquiredRecords_0(x, buf)
     buf.append(0)
@@ -158,31 +168,54 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition_index, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
     f_acknowledge_error_code, = _S3.unpack_from(data, pos)
     pos += 2
-    f_acknowledge_error_message, pos = read_string(data, pos, True, True, 'AcknowledgeErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('AcknowledgeErrorMessage')
+        f_acknowledge_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_acknowledge_error_message, pos = read_string(data, pos, True, True, 'AcknowledgeErrorMessage')
     f_current_leader, pos = _d_LeaderIdAndEpoch_0(data, pos)
     f_records, pos = read_bytes(data, pos, True, True, 'Records', copy=False)
-    n1, pos = read_array_length(data, pos, True, False, 'AcquiredRecords')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, True, False, 'AcquiredRecords')
+    if n5 < 0:
         f_acquired_records = None
     else:
         f_acquired_records = []
-        for _ in range(n1):
-            x2, pos = _d_AcquiredRecords_0(data, pos)
-            f_acquired_records.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_AcquiredRecords_0(data, pos)
+            f_acquired_records.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records), pos
 
 
 def _e_ShareFetchableTopicResponse_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_PartitionData_0(x, buf)
     buf.append(0)
@@ -198,10 +231,13 @@ def _d_ShareFetchableTopicResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
             f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareFetchableTopicResponse(f_topic_id, f_partitions), pos
 
 
@@ -232,14 +268,33 @@ def _e_NodeEndpoint_0(m, buf):
 def _d_NodeEndpoint_0(data, pos):
     f_node_id, = _S4.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S4.unpack_from(data, pos)
     pos += 4
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -257,12 +312,20 @@ def _e_ShareFetchResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.responses
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_ShareFetchableTopicResponse_0(x, buf)
-    a4 = m.node_endpoints
-    write_length(buf, len(a4), True)
-    for x in a4:
+    a5 = m.node_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
         _e_NodeEndpoint_0(x, buf)
     buf.append(0)
 
@@ -270,27 +333,38 @@ def _e_ShareFetchResponse_0(m, buf):
 def _d_ShareFetchResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Responses')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n3 < 0:
         f_responses = None
     else:
         f_responses = []
-        for _ in range(n1):
-            x2, pos = _d_ShareFetchableTopicResponse_0(data, pos)
-            f_responses.append(x2)
-    n3, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
-    if n3 < 0:
+        for _ in range(n3):
+            x4, pos = _d_ShareFetchableTopicResponse_0(data, pos)
+            f_responses.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
+    if n5 < 0:
         f_node_endpoints = None
     else:
         f_node_endpoints = []
-        for _ in range(n3):
-            x4, pos = _d_NodeEndpoint_0(data, pos)
-            f_node_endpoints.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n5):
+            x6, pos = _d_NodeEndpoint_0(data, pos)
+            f_node_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints), pos
 
 

@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>i')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>ii')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -87,29 +88,48 @@ def _e_TopicPartitions_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_TopicPartitions_0(data, pos):
     f_topic_id, pos = read_uuid(data, pos)
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
-        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Partitions')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicPartitions(f_topic_id, f_topic_name, f_partitions), pos
 
 
 def _e_Assignment_0(m, buf):
     a1 = m.topic_partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicPartitions_0(x, buf)
     buf.append(0)
@@ -124,10 +144,13 @@ def _d_Assignment_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicPartitions_0(data, pos)
             f_topic_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Assignment(f_topic_partitions), pos
 
 
@@ -166,7 +189,11 @@ def _e_Member_0(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.subscribed_topic_names
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         write_string(buf, x, True)
     _e_Assignment_0(m.assignment, buf)
@@ -174,25 +201,60 @@ def _e_Member_0(m, buf):
 
 
 def _d_Member_0(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
     f_member_epoch, = _S0.unpack_from(data, pos)
     pos += 4
-    f_client_id, pos = read_string(data, pos, True, False, 'ClientId')
-    f_client_host, pos = read_string(data, pos, True, False, 'ClientHost')
-    n1, pos = read_array_length(data, pos, True, False, 'SubscribedTopicNames')
-    if n1 < 0:
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('ClientId')
+        f_client_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_client_id, pos = read_string(data, pos, True, False, 'ClientId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ClientHost')
+        f_client_host = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_client_host, pos = read_string(data, pos, True, False, 'ClientHost')
+    n9, pos = read_array_length(data, pos, True, False, 'SubscribedTopicNames')
+    if n9 < 0:
         f_subscribed_topic_names = None
     else:
         f_subscribed_topic_names = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
-            f_subscribed_topic_names.append(x2)
+        for _ in range(n9):
+            x10, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
+            f_subscribed_topic_names.append(x10)
     f_assignment, pos = _d_Assignment_0(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Member(f_member_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_assignment), pos
 
 
@@ -232,7 +294,11 @@ def _e_DescribedGroup_0(m, buf):
         write_uvarint(buf, b7n)
     buf += b7
     a9 = m.members
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_Member_0(x, buf)
     buf += _S0.pack(m.authorized_operations)
@@ -242,33 +308,72 @@ def _e_DescribedGroup_0(m, buf):
 def _d_DescribedGroup_0(data, pos):
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
     f_group_epoch, f_assignment_epoch, = _S2.unpack_from(data, pos)
     pos += 8
-    f_assignor_name, pos = read_string(data, pos, True, False, 'AssignorName')
-    n1, pos = read_array_length(data, pos, True, False, 'Members')
-    if n1 < 0:
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('AssignorName')
+        f_assignor_name = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_assignor_name, pos = read_string(data, pos, True, False, 'AssignorName')
+    n9, pos = read_array_length(data, pos, True, False, 'Members')
+    if n9 < 0:
         f_members = None
     else:
         f_members = []
-        for _ in range(n1):
-            x2, pos = _d_Member_0(data, pos)
-            f_members.append(x2)
+        for _ in range(n9):
+            x10, pos = _d_Member_0(data, pos)
+            f_members.append(x10)
     f_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations), pos
 
 
 def _e_ShareGroupDescribeResponse_0(m, buf):
     buf += _S0.pack(m.throttle_time_ms)
     a1 = m.groups
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_DescribedGroup_0(x, buf)
     buf.append(0)
@@ -285,10 +390,13 @@ def _d_ShareGroupDescribeResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_DescribedGroup_0(data, pos)
             f_groups.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
 
 

@@ -69,30 +69,61 @@ def _e_ShareGroupHeartbeatRequest_0(m, buf):
     if a7 is None:
         buf += b'\x00'
     else:
-        write_length(buf, len(a7), True)
+        n8 = len(a7)
+        if n8 < 127:
+            buf.append(n8 + 1)
+        else:
+            write_uvarint(buf, n8 + 1)
         for x in a7:
             write_string(buf, x, True)
     buf.append(0)
 
 
 def _d_ShareGroupHeartbeatRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
     f_member_epoch, = _S0.unpack_from(data, pos)
     pos += 4
-    f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
-    n1, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
-    if n1 < 0:
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
+    n7, pos = read_array_length(data, pos, True, True, 'SubscribedTopicNames')
+    if n7 < 0:
         f_subscribed_topic_names = None
     else:
         f_subscribed_topic_names = []
-        for _ in range(n1):
-            x2, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
-            f_subscribed_topic_names.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
+            f_subscribed_topic_names.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_rack_id, f_subscribed_topic_names), pos
 
 

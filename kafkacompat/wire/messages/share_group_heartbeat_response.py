@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>ih')
 _S1 = struct.Struct('>ii')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -57,8 +58,12 @@ ShareGroupHeartbeatResponse.Assignment = Assignment  # type: ignore[attr-defined
 def _e_TopicPartitions_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf.append(0)
 
 
@@ -69,16 +74,23 @@ def _d_TopicPartitions_0(data, pos):
         f_partitions = None
     else:
         f_partitions, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Partitions')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicPartitions(f_topic_id, f_partitions), pos
 
 
 def _e_Assignment_0(m, buf):
     a1 = m.topic_partitions
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicPartitions_0(x, buf)
     buf.append(0)
@@ -93,10 +105,13 @@ def _d_Assignment_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicPartitions_0(data, pos)
             f_topic_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Assignment(f_topic_partitions), pos
 
 
@@ -137,8 +152,24 @@ def _e_ShareGroupHeartbeatResponse_0(m, buf):
 def _d_ShareGroupHeartbeatResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
     f_member_epoch, f_heartbeat_interval_ms, = _S1.unpack_from(data, pos)
     pos += 8
     if data[pos] >= 128:
@@ -146,10 +177,13 @@ def _d_ShareGroupHeartbeatResponse_0(data, pos):
         pos += 1
     else:
         f_assignment, pos = _d_Assignment_0(data, pos + 1)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return ShareGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment), pos
 
 

@@ -21,6 +21,7 @@ _S2 = struct.Struct('>ii?')
 _S3 = struct.Struct('>iiq?')
 _S4 = struct.Struct('>iiq')
 _S5 = struct.Struct('>i?iq')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -83,7 +84,15 @@ def _e_StopReplicaPartitionV0_0(m, buf):
 
 
 def _d_StopReplicaPartitionV0_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, = _S1.unpack_from(data, pos)
     pos += 4
     return StopReplicaPartitionV0(f_topic_name, f_partition_index), pos
@@ -109,10 +118,13 @@ def _e_StopReplicaPartitionV0_2(m, buf):
 
 
 def _d_StopReplicaPartitionV0_2(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaPartitionV0('', 0), pos
 
 
@@ -132,17 +144,26 @@ def _e_StopReplicaTopicV1_1(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_StopReplicaTopicV1_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
     return StopReplicaTopicV1(f_name, f_partition_indexes), pos
 
 
@@ -155,22 +176,37 @@ def _e_StopReplicaTopicV1_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_StopReplicaTopicV1_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaTopicV1(f_name, f_partition_indexes), pos
 
 
@@ -183,10 +219,13 @@ def _e_StopReplicaTopicV1_3(m, buf):
 
 
 def _d_StopReplicaTopicV1_3(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaTopicV1('', []), pos
 
 
@@ -214,10 +253,13 @@ def _e_StopReplicaPartitionState_1(m, buf):
 
 
 def _d_StopReplicaPartitionState_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaPartitionState(0, -1, False), pos
 
 
@@ -229,10 +271,13 @@ def _e_StopReplicaPartitionState_2(m, buf):
 def _d_StopReplicaPartitionState_2(data, pos):
     f_partition_index, f_leader_epoch, f_delete_partition, = _S2.unpack_from(data, pos)
     pos += 9
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaPartitionState(f_partition_index, f_leader_epoch, f_delete_partition), pos
 
 
@@ -256,10 +301,13 @@ def _e_StopReplicaTopicState_1(m, buf):
 
 
 def _d_StopReplicaTopicState_1(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaTopicState('', []), pos
 
 
@@ -272,26 +320,41 @@ def _e_StopReplicaTopicState_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_StopReplicaPartitionState_2(x, buf)
     buf.append(0)
 
 
 def _d_StopReplicaTopicState_2(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_StopReplicaPartitionState_2(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_StopReplicaPartitionState_2(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaTopicState(f_topic_name, f_partition_states), pos
 
 
@@ -304,7 +367,8 @@ def _e_StopReplicaRequest_0(m, buf):
         raise unsupported('StopReplicaRequest', 'TopicStates', '3+')
     buf += _S2.pack(m.controller_id, m.controller_epoch, m.delete_partitions)
     a1 = m.ungrouped_partitions
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_StopReplicaPartitionV0_0(x, buf)
 
@@ -332,7 +396,8 @@ def _e_StopReplicaRequest_1(m, buf):
         raise unsupported('StopReplicaRequest', 'TopicStates', '3+')
     buf += _S3.pack(m.controller_id, m.controller_epoch, m.broker_epoch, m.delete_partitions)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_StopReplicaTopicV1_1(x, buf)
 
@@ -360,7 +425,11 @@ def _e_StopReplicaRequest_2(m, buf):
         raise unsupported('StopReplicaRequest', 'TopicStates', '3+')
     buf += _S3.pack(m.controller_id, m.controller_epoch, m.broker_epoch, m.delete_partitions)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_StopReplicaTopicV1_2(x, buf)
     buf.append(0)
@@ -377,10 +446,13 @@ def _d_StopReplicaRequest_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_StopReplicaTopicV1_2(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, f_delete_partitions, [], f_topics, []), pos
 
 
@@ -395,7 +467,11 @@ def _e_StopReplicaRequest_3(m, buf):
         raise unsupported('StopReplicaRequest', 'Topics', '1-2')
     buf += _S4.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_StopReplicaTopicState_2(x, buf)
     buf.append(0)
@@ -412,10 +488,13 @@ def _d_StopReplicaRequest_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_StopReplicaTopicState_2(data, pos)
             f_topic_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaRequest(f_controller_id, False, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states), pos
 
 
@@ -428,7 +507,11 @@ def _e_StopReplicaRequest_4(m, buf):
         raise unsupported('StopReplicaRequest', 'Topics', '1-2')
     buf += _S5.pack(m.controller_id, m.is_k_raft_controller, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_StopReplicaTopicState_2(x, buf)
     buf.append(0)
@@ -445,10 +528,13 @@ def _d_StopReplicaRequest_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_StopReplicaTopicState_2(data, pos)
             f_topic_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaRequest(f_controller_id, f_is_k_raft_controller, f_controller_epoch, f_broker_epoch, False, [], [], f_topic_states), pos
 
 

@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>ih')
+_S2 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -52,7 +53,15 @@ def _e_StopReplicaPartitionError_0(m, buf):
 
 
 def _d_StopReplicaPartitionError_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
     return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code), pos
@@ -71,20 +80,32 @@ def _e_StopReplicaPartitionError_1(m, buf):
 
 
 def _d_StopReplicaPartitionError_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_partition_index, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaPartitionError(f_topic_name, f_partition_index, f_error_code), pos
 
 
 def _e_StopReplicaResponse_0(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.partition_errors
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_StopReplicaPartitionError_0(x, buf)
 
@@ -106,7 +127,11 @@ def _d_StopReplicaResponse_0(data, pos):
 def _e_StopReplicaResponse_1(m, buf):
     buf += _S0.pack(m.error_code)
     a1 = m.partition_errors
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_StopReplicaPartitionError_1(x, buf)
     buf.append(0)
@@ -123,10 +148,13 @@ def _d_StopReplicaResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_StopReplicaPartitionError_1(data, pos)
             f_partition_errors.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return StopReplicaResponse(f_error_code, f_partition_errors), pos
 
 

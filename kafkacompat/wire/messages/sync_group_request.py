@@ -58,7 +58,15 @@ def _e_SyncGroupRequestAssignment_0(m, buf):
 
 
 def _d_SyncGroupRequestAssignment_0(data, pos):
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
     f_assignment, pos = read_bytes(data, pos, False, False, 'Assignment')
     return SyncGroupRequestAssignment(f_member_id, f_assignment), pos
 
@@ -78,12 +86,23 @@ def _e_SyncGroupRequestAssignment_1(m, buf):
 
 
 def _d_SyncGroupRequestAssignment_1(data, pos):
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
     f_assignment, pos = read_bytes(data, pos, True, False, 'Assignment')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SyncGroupRequestAssignment(f_member_id, f_assignment), pos
 
 
@@ -98,24 +117,41 @@ def _e_SyncGroupRequest_0(m, buf):
     buf += _S0.pack(len(b3))
     buf += b3
     a5 = m.assignments
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S1.pack(n6)
     for x in a5:
         _e_SyncGroupRequestAssignment_0(x, buf)
 
 
 def _d_SyncGroupRequest_0(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id, = _S1.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    n1, pos = read_array_length(data, pos, False, False, 'Assignments')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n5, pos = read_array_length(data, pos, False, False, 'Assignments')
+    if n5 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_SyncGroupRequestAssignment_0(data, pos)
-            f_assignments.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_SyncGroupRequestAssignment_0(data, pos)
+            f_assignments.append(x6)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, None, None, None, f_assignments), pos
 
 
@@ -135,25 +171,50 @@ def _e_SyncGroupRequest_1(m, buf):
         buf += _S0.pack(len(b5))
         buf += b5
     a7 = m.assignments
-    write_length(buf, len(a7), False)
+    n8 = len(a7)
+    buf += _S1.pack(n8)
     for x in a7:
         _e_SyncGroupRequestAssignment_0(x, buf)
 
 
 def _d_SyncGroupRequest_1(data, pos):
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
     f_generation_id, = _S1.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
-    n1, pos = read_array_length(data, pos, False, False, 'Assignments')
-    if n1 < 0:
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, False, False, 'MemberId')
+    n6 = _S0.unpack_from(data, pos)[0]
+    if n6 >= 0:
+        end5 = pos + 2 + n6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 2:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, False, True, 'GroupInstanceId')
+    n7, pos = read_array_length(data, pos, False, False, 'Assignments')
+    if n7 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_SyncGroupRequestAssignment_0(data, pos)
-            f_assignments.append(x2)
+        for _ in range(n7):
+            x8, pos = _d_SyncGroupRequestAssignment_0(data, pos)
+            f_assignments.append(x8)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), pos
 
 
@@ -185,30 +246,61 @@ def _e_SyncGroupRequest_2(m, buf):
             write_uvarint(buf, b5n)
         buf += b5
     a7 = m.assignments
-    write_length(buf, len(a7), True)
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
     for x in a7:
         _e_SyncGroupRequestAssignment_1(x, buf)
     buf.append(0)
 
 
 def _d_SyncGroupRequest_2(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_generation_id, = _S1.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    n1, pos = read_array_length(data, pos, True, False, 'Assignments')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    n7, pos = read_array_length(data, pos, True, False, 'Assignments')
+    if n7 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_SyncGroupRequestAssignment_1(data, pos)
-            f_assignments.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n7):
+            x8, pos = _d_SyncGroupRequestAssignment_1(data, pos)
+            f_assignments.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), pos
 
 
@@ -262,32 +354,79 @@ def _e_SyncGroupRequest_3(m, buf):
             write_uvarint(buf, b9n)
         buf += b9
     a11 = m.assignments
-    write_length(buf, len(a11), True)
+    n12 = len(a11)
+    if n12 < 127:
+        buf.append(n12 + 1)
+    else:
+        write_uvarint(buf, n12 + 1)
     for x in a11:
         _e_SyncGroupRequestAssignment_1(x, buf)
     buf.append(0)
 
 
 def _d_SyncGroupRequest_3(data, pos):
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
     f_generation_id, = _S1.unpack_from(data, pos)
     pos += 4
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
-    f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
-    n1, pos = read_array_length(data, pos, True, False, 'Assignments')
-    if n1 < 0:
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
+    c10 = data[pos]
+    if 0 < c10 < 128:
+        end9 = pos + c10
+        if end9 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 1:end9], 'utf-8')
+        pos = end9
+    else:
+        f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
+    n11, pos = read_array_length(data, pos, True, False, 'Assignments')
+    if n11 < 0:
         f_assignments = None
     else:
         f_assignments = []
-        for _ in range(n1):
-            x2, pos = _d_SyncGroupRequestAssignment_1(data, pos)
-            f_assignments.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n11):
+            x12, pos = _d_SyncGroupRequestAssignment_1(data, pos)
+            f_assignments.append(x12)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments), pos
 
 

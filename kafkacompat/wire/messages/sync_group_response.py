@@ -79,10 +79,13 @@ def _d_SyncGroupResponse_2(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
     f_assignment, pos = read_bytes(data, pos, True, False, 'Assignment')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment), pos
 
 
@@ -119,13 +122,32 @@ def _e_SyncGroupResponse_3(m, buf):
 def _d_SyncGroupResponse_3(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
-    f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, True, 'ProtocolType')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ProtocolName')
+        f_protocol_name = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_protocol_name, pos = read_string(data, pos, True, True, 'ProtocolName')
     f_assignment, pos = read_bytes(data, pos, True, False, 'Assignment')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, f_protocol_type, f_protocol_name, f_assignment), pos
 
 

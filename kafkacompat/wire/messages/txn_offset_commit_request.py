@@ -18,8 +18,9 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>iq')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>iqi')
-_S3 = struct.Struct('>qh')
-_S4 = struct.Struct('>qhi')
+_S3 = struct.Struct('>i')
+_S4 = struct.Struct('>qh')
+_S5 = struct.Struct('>qhi')
 
 
 @dataclass(slots=True)
@@ -75,7 +76,15 @@ def _e_TxnOffsetCommitRequestPartition_0(m, buf):
 def _d_TxnOffsetCommitRequestPartition_0(data, pos):
     f_partition_index, f_committed_offset, = _S0.unpack_from(data, pos)
     pos += 12
-    f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, -1, f_committed_metadata), pos
 
 
@@ -93,7 +102,15 @@ def _e_TxnOffsetCommitRequestPartition_1(m, buf):
 def _d_TxnOffsetCommitRequestPartition_1(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 16
-    f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, False, True, 'CommittedMetadata')
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
@@ -116,11 +133,22 @@ def _e_TxnOffsetCommitRequestPartition_2(m, buf):
 def _d_TxnOffsetCommitRequestPartition_2(data, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(data, pos)
     pos += 16
-    f_committed_metadata, pos = read_string(data, pos, True, True, 'CommittedMetadata')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('CommittedMetadata')
+        f_committed_metadata = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_committed_metadata, pos = read_string(data, pos, True, True, 'CommittedMetadata')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
@@ -129,21 +157,30 @@ def _e_TxnOffsetCommitRequestTopic_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_TxnOffsetCommitRequestPartition_0(x, buf)
 
 
 def _d_TxnOffsetCommitRequestTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestPartition_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_TxnOffsetCommitRequestPartition_0(data, pos)
+            f_partitions.append(x4)
     return TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -152,21 +189,30 @@ def _e_TxnOffsetCommitRequestTopic_1(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S3.pack(n4)
     for x in a3:
         _e_TxnOffsetCommitRequestPartition_1(x, buf)
 
 
 def _d_TxnOffsetCommitRequestTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestPartition_1(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_TxnOffsetCommitRequestPartition_1(data, pos)
+            f_partitions.append(x4)
     return TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -179,26 +225,41 @@ def _e_TxnOffsetCommitRequestTopic_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TxnOffsetCommitRequestPartition_2(x, buf)
     buf.append(0)
 
 
 def _d_TxnOffsetCommitRequestTopic_2(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestPartition_2(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_TxnOffsetCommitRequestPartition_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TxnOffsetCommitRequestTopic(f_name, f_partitions), pos
 
 
@@ -215,26 +276,43 @@ def _e_TxnOffsetCommitRequest_0(m, buf):
     b3 = m.group_id.encode()
     buf += _S1.pack(len(b3))
     buf += b3
-    buf += _S3.pack(m.producer_id, m.producer_epoch)
+    buf += _S4.pack(m.producer_id, m.producer_epoch)
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S3.pack(n6)
     for x in a5:
         _e_TxnOffsetCommitRequestTopic_0(x, buf)
 
 
 def _d_TxnOffsetCommitRequest_0(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_producer_id, f_producer_epoch, = _S3.unpack_from(data, pos)
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    f_producer_id, f_producer_epoch, = _S4.unpack_from(data, pos)
     pos += 10
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestTopic_0(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_TxnOffsetCommitRequestTopic_0(data, pos)
+            f_topics.append(x6)
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics), pos
 
 
@@ -251,26 +329,43 @@ def _e_TxnOffsetCommitRequest_1(m, buf):
     b3 = m.group_id.encode()
     buf += _S1.pack(len(b3))
     buf += b3
-    buf += _S3.pack(m.producer_id, m.producer_epoch)
+    buf += _S4.pack(m.producer_id, m.producer_epoch)
     a5 = m.topics
-    write_length(buf, len(a5), False)
+    n6 = len(a5)
+    buf += _S3.pack(n6)
     for x in a5:
         _e_TxnOffsetCommitRequestTopic_1(x, buf)
 
 
 def _d_TxnOffsetCommitRequest_1(data, pos):
-    f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
-    f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
-    f_producer_id, f_producer_epoch, = _S3.unpack_from(data, pos)
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, False, False, 'TransactionalId')
+    n4 = _S1.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, False, False, 'GroupId')
+    f_producer_id, f_producer_epoch, = _S4.unpack_from(data, pos)
     pos += 10
-    n1, pos = read_array_length(data, pos, False, False, 'Topics')
-    if n1 < 0:
+    n5, pos = read_array_length(data, pos, False, False, 'Topics')
+    if n5 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestTopic_1(data, pos)
-            f_topics.append(x2)
+        for _ in range(n5):
+            x6, pos = _d_TxnOffsetCommitRequestTopic_1(data, pos)
+            f_topics.append(x6)
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, -1, '', None, f_topics), pos
 
 
@@ -289,7 +384,7 @@ def _e_TxnOffsetCommitRequest_2(m, buf):
     else:
         write_uvarint(buf, b3n)
     buf += b3
-    buf += _S4.pack(m.producer_id, m.producer_epoch, m.generation_id)
+    buf += _S5.pack(m.producer_id, m.producer_epoch, m.generation_id)
     b5 = m.member_id.encode()
     b5n = len(b5) + 1
     if b5n < 128:
@@ -309,31 +404,70 @@ def _e_TxnOffsetCommitRequest_2(m, buf):
             write_uvarint(buf, b7n)
         buf += b7
     a9 = m.topics
-    write_length(buf, len(a9), True)
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
     for x in a9:
         _e_TxnOffsetCommitRequestTopic_2(x, buf)
     buf.append(0)
 
 
 def _d_TxnOffsetCommitRequest_2(data, pos):
-    f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
-    f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
-    f_producer_id, f_producer_epoch, f_generation_id, = _S4.unpack_from(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, False, 'TransactionalId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    f_producer_id, f_producer_epoch, f_generation_id, = _S5.unpack_from(data, pos)
     pos += 14
-    f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
-    f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    n9, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n9 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TxnOffsetCommitRequestTopic_2(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n9):
+            x10, pos = _d_TxnOffsetCommitRequestTopic_2(data, pos)
+            f_topics.append(x10)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id, f_member_id, f_group_instance_id, f_topics), pos
 
 

@@ -42,10 +42,13 @@ def _e_UnregisterBrokerRequest_0(m, buf):
 def _d_UnregisterBrokerRequest_0(data, pos):
     f_broker_id, = _S0.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UnregisterBrokerRequest(f_broker_id), pos
 
 

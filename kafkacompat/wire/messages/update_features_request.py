@@ -63,13 +63,24 @@ def _e_FeatureUpdateKey_0(m, buf):
 
 
 def _d_FeatureUpdateKey_0(data, pos):
-    f_feature, pos = read_string(data, pos, True, False, 'Feature')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Feature')
+        f_feature = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_feature, pos = read_string(data, pos, True, False, 'Feature')
     f_max_version_level, f_allow_downgrade, = _S0.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FeatureUpdateKey(f_feature, f_max_version_level, f_allow_downgrade, 1), pos
 
 
@@ -88,13 +99,24 @@ def _e_FeatureUpdateKey_1(m, buf):
 
 
 def _d_FeatureUpdateKey_1(data, pos):
-    f_feature, pos = read_string(data, pos, True, False, 'Feature')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Feature')
+        f_feature = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_feature, pos = read_string(data, pos, True, False, 'Feature')
     f_max_version_level, f_upgrade_type, = _S1.unpack_from(data, pos)
     pos += 3
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return FeatureUpdateKey(f_feature, f_max_version_level, False, f_upgrade_type), pos
 
 
@@ -103,7 +125,11 @@ def _e_UpdateFeaturesRequest_0(m, buf):
         raise unsupported('UpdateFeaturesRequest', 'ValidateOnly', '1+')
     buf += _S2.pack(m.timeout_ms)
     a1 = m.feature_updates
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FeatureUpdateKey_0(x, buf)
     buf.append(0)
@@ -120,17 +146,24 @@ def _d_UpdateFeaturesRequest_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_FeatureUpdateKey_0(data, pos)
             f_feature_updates.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, False), pos
 
 
 def _e_UpdateFeaturesRequest_1(m, buf):
     buf += _S2.pack(m.timeout_ms)
     a1 = m.feature_updates
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_FeatureUpdateKey_1(x, buf)
     buf += _S3.pack(m.validate_only)
@@ -150,10 +183,13 @@ def _d_UpdateFeaturesRequest_1(data, pos):
             f_feature_updates.append(x2)
     f_validate_only, = _S3.unpack_from(data, pos)
     pos += 1
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateFeaturesRequest(f_timeout_ms, f_feature_updates, f_validate_only), pos
 
 

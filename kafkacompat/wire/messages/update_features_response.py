@@ -70,14 +70,33 @@ def _e_UpdatableFeatureResult_0(m, buf):
 
 
 def _d_UpdatableFeatureResult_0(data, pos):
-    f_feature, pos = read_string(data, pos, True, False, 'Feature')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Feature')
+        f_feature = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_feature, pos = read_string(data, pos, True, False, 'Feature')
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdatableFeatureResult(f_feature, f_error_code, f_error_message), pos
 
 
@@ -95,7 +114,11 @@ def _e_UpdateFeaturesResponse_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.results
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_UpdatableFeatureResult_0(x, buf)
     buf.append(0)
@@ -104,19 +127,30 @@ def _e_UpdateFeaturesResponse_0(m, buf):
 def _d_UpdateFeaturesResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    n1, pos = read_array_length(data, pos, True, False, 'Results')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Results')
+    if n3 < 0:
         f_results = None
     else:
         f_results = []
-        for _ in range(n1):
-            x2, pos = _d_UpdatableFeatureResult_0(data, pos)
-            f_results.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_UpdatableFeatureResult_0(data, pos)
+            f_results.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, f_results), pos
 
 
@@ -139,11 +173,22 @@ def _e_UpdateFeaturesResponse_1(m, buf):
 def _d_UpdateFeaturesResponse_1(data, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
     pos += 6
-    f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateFeaturesResponse(f_throttle_time_ms, f_error_code, f_error_message, []), pos
 
 

@@ -23,6 +23,7 @@ _S4 = struct.Struct('>iiq')
 _S5 = struct.Struct('>i?')
 _S6 = struct.Struct('>iq')
 _S7 = struct.Struct('>b')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -96,30 +97,40 @@ def _e_UpdateMetadataPartitionState_0(m, buf):
     buf += b1
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a3 = m.isr
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf += _S2.pack(m.zk_version)
-    a4 = m.replicas
-    write_length(buf, len(a4), False)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
+    a5 = m.replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
 
 
 def _d_UpdateMetadataPartitionState_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, False, False, 'Isr')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Isr')
+    if n3 < 0:
         f_isr = None
     else:
-        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
+        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Isr')
     f_zk_version, = _S2.unpack_from(data, pos)
     pos += 4
-    n2, pos = read_array_length(data, pos, False, False, 'Replicas')
-    if n2 < 0:
+    n4, pos = read_array_length(data, pos, False, False, 'Replicas')
+    if n4 < 0:
         f_replicas = None
     else:
-        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n2, 'Replicas')
+        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'Replicas')
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, []), pos
 
 
@@ -129,53 +140,67 @@ def _e_UpdateMetadataPartitionState_1(m, buf):
     buf += b1
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a3 = m.isr
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf += _S2.pack(m.zk_version)
-    a4 = m.replicas
-    write_length(buf, len(a4), False)
-    buf += struct.pack(f'>{len(a4)}i', *a4)
-    a5 = m.offline_replicas
-    write_length(buf, len(a5), False)
-    buf += struct.pack(f'>{len(a5)}i', *a5)
+    a5 = m.replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
+    a7 = m.offline_replicas
+    n8 = len(a7)
+    buf += _S2.pack(n8)
+    buf += (_Ai[n8] if n8 < 64 else struct.Struct(f'>{n8}i')).pack(*a7)
 
 
 def _d_UpdateMetadataPartitionState_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
     f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, = _S1.unpack_from(data, pos)
     pos += 16
-    n1, pos = read_array_length(data, pos, False, False, 'Isr')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, False, False, 'Isr')
+    if n3 < 0:
         f_isr = None
     else:
-        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n1, 'Isr')
+        f_isr, pos = read_fixed_array(data, pos, 'i', 4, n3, 'Isr')
     f_zk_version, = _S2.unpack_from(data, pos)
     pos += 4
-    n2, pos = read_array_length(data, pos, False, False, 'Replicas')
-    if n2 < 0:
+    n4, pos = read_array_length(data, pos, False, False, 'Replicas')
+    if n4 < 0:
         f_replicas = None
     else:
-        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n2, 'Replicas')
-    n3, pos = read_array_length(data, pos, False, False, 'OfflineReplicas')
-    if n3 < 0:
+        f_replicas, pos = read_fixed_array(data, pos, 'i', 4, n4, 'Replicas')
+    n5, pos = read_array_length(data, pos, False, False, 'OfflineReplicas')
+    if n5 < 0:
         f_offline_replicas = None
     else:
-        f_offline_replicas, pos = read_fixed_array(data, pos, 'i', 4, n3, 'OfflineReplicas')
+        f_offline_replicas, pos = read_fixed_array(data, pos, 'i', 4, n5, 'OfflineReplicas')
     return UpdateMetadataPartitionState(f_topic_name, f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas), pos
 
 
 def _e_UpdateMetadataPartitionState_2(m, buf):
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), False)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.zk_version)
-    a2 = m.replicas
-    write_length(buf, len(a2), False)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.offline_replicas
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    a3 = m.replicas
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.offline_replicas
+    n6 = len(a5)
+    buf += _S2.pack(n6)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
 
 
 def _d_UpdateMetadataPartitionState_2(data, pos):
@@ -204,15 +229,27 @@ def _d_UpdateMetadataPartitionState_2(data, pos):
 def _e_UpdateMetadataPartitionState_3(m, buf):
     buf += _S1.pack(m.partition_index, m.controller_epoch, m.leader, m.leader_epoch)
     a1 = m.isr
-    write_length(buf, len(a1), True)
-    buf += struct.pack(f'>{len(a1)}i', *a1)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
     buf += _S2.pack(m.zk_version)
-    a2 = m.replicas
-    write_length(buf, len(a2), True)
-    buf += struct.pack(f'>{len(a2)}i', *a2)
-    a3 = m.offline_replicas
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    a3 = m.replicas
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
+    a5 = m.offline_replicas
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    buf += (_Ai[n6] if n6 < 64 else struct.Struct(f'>{n6}i')).pack(*a5)
     buf.append(0)
 
 
@@ -236,10 +273,13 @@ def _d_UpdateMetadataPartitionState_3(data, pos):
         f_offline_replicas = None
     else:
         f_offline_replicas, pos = read_fixed_array(data, pos, 'i', 4, n3, 'OfflineReplicas')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataPartitionState('', f_partition_index, f_controller_epoch, f_leader, f_leader_epoch, f_isr, f_zk_version, f_replicas, f_offline_replicas), pos
 
 
@@ -259,21 +299,30 @@ def _e_UpdateMetadataTopicState_1(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_UpdateMetadataPartitionState_2(x, buf)
 
 
 def _d_UpdateMetadataTopicState_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionStates')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, False, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_UpdateMetadataPartitionState_2(data, pos)
-            f_partition_states.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_UpdateMetadataPartitionState_2(data, pos)
+            f_partition_states.append(x4)
     return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states), pos
 
 
@@ -286,26 +335,41 @@ def _e_UpdateMetadataTopicState_2(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_UpdateMetadataPartitionState_3(x, buf)
     buf.append(0)
 
 
 def _d_UpdateMetadataTopicState_2(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_UpdateMetadataPartitionState_3(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_UpdateMetadataPartitionState_3(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataTopicState(f_topic_name, ZERO_UUID, f_partition_states), pos
 
 
@@ -319,27 +383,42 @@ def _e_UpdateMetadataTopicState_3(m, buf):
     buf += b1
     buf += uuid_bytes(m.topic_id)
     a3 = m.partition_states
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_UpdateMetadataPartitionState_3(x, buf)
     buf.append(0)
 
 
 def _d_UpdateMetadataTopicState_3(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
     f_topic_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionStates')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionStates')
+    if n3 < 0:
         f_partition_states = None
     else:
         f_partition_states = []
-        for _ in range(n1):
-            x2, pos = _d_UpdateMetadataPartitionState_3(data, pos)
-            f_partition_states.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_UpdateMetadataPartitionState_3(data, pos)
+            f_partition_states.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataTopicState(f_topic_name, f_topic_id, f_partition_states), pos
 
 
@@ -367,7 +446,15 @@ def _e_UpdateMetadataEndpoint_1(m, buf):
 def _d_UpdateMetadataEndpoint_1(data, pos):
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, False, False, 'Host')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
     f_security_protocol, = _S0.unpack_from(data, pos)
     pos += 2
     return UpdateMetadataEndpoint(f_port, f_host, '', f_security_protocol), pos
@@ -387,8 +474,24 @@ def _e_UpdateMetadataEndpoint_2(m, buf):
 def _d_UpdateMetadataEndpoint_2(data, pos):
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, False, False, 'Host')
-    f_listener, pos = read_string(data, pos, False, False, 'Listener')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, False, False, 'Host')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Listener')
+        f_listener = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_listener, pos = read_string(data, pos, False, False, 'Listener')
     f_security_protocol, = _S0.unpack_from(data, pos)
     pos += 2
     return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol), pos
@@ -417,14 +520,33 @@ def _e_UpdateMetadataEndpoint_3(m, buf):
 def _d_UpdateMetadataEndpoint_3(data, pos):
     f_port, = _S2.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
-    f_listener, pos = read_string(data, pos, True, False, 'Listener')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Listener')
+        f_listener = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_listener, pos = read_string(data, pos, True, False, 'Listener')
     f_security_protocol, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataEndpoint(f_port, f_host, f_listener, f_security_protocol), pos
 
 
@@ -439,7 +561,15 @@ def _e_UpdateMetadataBroker_0(m, buf):
 def _d_UpdateMetadataBroker_0(data, pos):
     f_id, = _S2.unpack_from(data, pos)
     pos += 4
-    f_v0_host, pos = read_string(data, pos, False, False, 'V0Host')
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('V0Host')
+        f_v0_host = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_v0_host, pos = read_string(data, pos, False, False, 'V0Host')
     f_v0_port, = _S2.unpack_from(data, pos)
     pos += 4
     return UpdateMetadataBroker(f_id, f_v0_host, f_v0_port, [], ''), pos
@@ -448,7 +578,8 @@ def _d_UpdateMetadataBroker_0(data, pos):
 def _e_UpdateMetadataBroker_1(m, buf):
     buf += _S2.pack(m.id)
     a1 = m.endpoints
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataEndpoint_1(x, buf)
 
@@ -470,16 +601,17 @@ def _d_UpdateMetadataBroker_1(data, pos):
 def _e_UpdateMetadataBroker_2(m, buf):
     buf += _S2.pack(m.id)
     a1 = m.endpoints
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataEndpoint_1(x, buf)
-    s3 = m.rack
-    if s3 is None:
+    s4 = m.rack
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S0.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S0.pack(len(b3))
+        buf += b3
 
 
 def _d_UpdateMetadataBroker_2(data, pos):
@@ -493,23 +625,32 @@ def _d_UpdateMetadataBroker_2(data, pos):
         for _ in range(n1):
             x2, pos = _d_UpdateMetadataEndpoint_1(data, pos)
             f_endpoints.append(x2)
-    f_rack, pos = read_string(data, pos, False, True, 'Rack')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, False, True, 'Rack')
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack), pos
 
 
 def _e_UpdateMetadataBroker_3(m, buf):
     buf += _S2.pack(m.id)
     a1 = m.endpoints
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataEndpoint_2(x, buf)
-    s3 = m.rack
-    if s3 is None:
+    s4 = m.rack
+    if s4 is None:
         buf += b'\xff\xff'
     else:
-        b2 = s3.encode()
-        buf += _S0.pack(len(b2))
-        buf += b2
+        b3 = s4.encode()
+        buf += _S0.pack(len(b3))
+        buf += b3
 
 
 def _d_UpdateMetadataBroker_3(data, pos):
@@ -523,27 +664,39 @@ def _d_UpdateMetadataBroker_3(data, pos):
         for _ in range(n1):
             x2, pos = _d_UpdateMetadataEndpoint_2(data, pos)
             f_endpoints.append(x2)
-    f_rack, pos = read_string(data, pos, False, True, 'Rack')
+    n4 = _S0.unpack_from(data, pos)[0]
+    if n4 >= 0:
+        end3 = pos + 2 + n4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 2:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, False, True, 'Rack')
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack), pos
 
 
 def _e_UpdateMetadataBroker_4(m, buf):
     buf += _S2.pack(m.id)
     a1 = m.endpoints
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_UpdateMetadataEndpoint_3(x, buf)
-    s3 = m.rack
-    if s3 is None:
+    s4 = m.rack
+    if s4 is None:
         buf += b'\x00'
     else:
-        b2 = s3.encode()
-        b2n = len(b2) + 1
-        if b2n < 128:
-            buf.append(b2n)
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
         else:
-            write_uvarint(buf, b2n)
-        buf += b2
+            write_uvarint(buf, b3n)
+        buf += b3
     buf.append(0)
 
 
@@ -558,11 +711,22 @@ def _d_UpdateMetadataBroker_4(data, pos):
         for _ in range(n1):
             x2, pos = _d_UpdateMetadataEndpoint_3(data, pos)
             f_endpoints.append(x2)
-    f_rack, pos = read_string(data, pos, True, True, 'Rack')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Rack')
+        f_rack = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_rack, pos = read_string(data, pos, True, True, 'Rack')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataBroker(f_id, '', 0, f_endpoints, f_rack), pos
 
 
@@ -575,12 +739,14 @@ def _e_UpdateMetadataRequest_0(m, buf):
         raise unsupported('UpdateMetadataRequest', 'TopicStates', '5+')
     buf += _S3.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataPartitionState_0(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_0(x, buf)
 
 
@@ -615,12 +781,14 @@ def _e_UpdateMetadataRequest_1(m, buf):
         raise unsupported('UpdateMetadataRequest', 'TopicStates', '5+')
     buf += _S3.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataPartitionState_0(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_1(x, buf)
 
 
@@ -655,12 +823,14 @@ def _e_UpdateMetadataRequest_2(m, buf):
         raise unsupported('UpdateMetadataRequest', 'TopicStates', '5+')
     buf += _S3.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataPartitionState_0(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_2(x, buf)
 
 
@@ -695,12 +865,14 @@ def _e_UpdateMetadataRequest_3(m, buf):
         raise unsupported('UpdateMetadataRequest', 'TopicStates', '5+')
     buf += _S3.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataPartitionState_0(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_3(x, buf)
 
 
@@ -735,12 +907,14 @@ def _e_UpdateMetadataRequest_4(m, buf):
         raise unsupported('UpdateMetadataRequest', 'TopicStates', '5+')
     buf += _S3.pack(m.controller_id, m.controller_epoch)
     a1 = m.ungrouped_partition_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataPartitionState_1(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_3(x, buf)
 
 
@@ -775,12 +949,14 @@ def _e_UpdateMetadataRequest_5(m, buf):
         raise unsupported('UpdateMetadataRequest', 'UngroupedPartitionStates', '0-4')
     buf += _S4.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_UpdateMetadataTopicState_1(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), False)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    buf += _S2.pack(n4)
+    for x in a3:
         _e_UpdateMetadataBroker_3(x, buf)
 
 
@@ -815,12 +991,20 @@ def _e_UpdateMetadataRequest_6(m, buf):
         raise unsupported('UpdateMetadataRequest', 'UngroupedPartitionStates', '0-4')
     buf += _S4.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_UpdateMetadataTopicState_2(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_UpdateMetadataBroker_4(x, buf)
     buf.append(0)
 
@@ -844,10 +1028,13 @@ def _d_UpdateMetadataRequest_6(data, pos):
         for _ in range(n3):
             x4, pos = _d_UpdateMetadataBroker_4(data, pos)
             f_live_brokers.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers), pos
 
 
@@ -860,12 +1047,20 @@ def _e_UpdateMetadataRequest_7(m, buf):
         raise unsupported('UpdateMetadataRequest', 'UngroupedPartitionStates', '0-4')
     buf += _S4.pack(m.controller_id, m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_UpdateMetadataTopicState_3(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_UpdateMetadataBroker_4(x, buf)
     buf.append(0)
 
@@ -889,10 +1084,13 @@ def _d_UpdateMetadataRequest_7(data, pos):
         for _ in range(n3):
             x4, pos = _d_UpdateMetadataBroker_4(data, pos)
             f_live_brokers.append(x4)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataRequest(f_controller_id, False, 0, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers), pos
 
 
@@ -902,18 +1100,26 @@ def _e_UpdateMetadataRequest_8(m, buf):
     buf += _S5.pack(m.controller_id, m.is_k_raft_controller)
     buf += _S6.pack(m.controller_epoch, m.broker_epoch)
     a1 = m.topic_states
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_UpdateMetadataTopicState_3(x, buf)
-    a2 = m.live_brokers
-    write_length(buf, len(a2), True)
-    for x in a2:
+    a3 = m.live_brokers
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
         _e_UpdateMetadataBroker_4(x, buf)
     tags = []
-    v3 = m.type
-    if v3 != 0:
+    v5 = m.type
+    if v5 != 0:
         t = bytearray()
-        t += _S7.pack(v3)
+        t += _S7.pack(v5)
         tags.append((0, t))
     write_tagged(buf, tags)
 
@@ -940,18 +1146,21 @@ def _d_UpdateMetadataRequest_8(data, pos):
             x4, pos = _d_UpdateMetadataBroker_4(data, pos)
             f_live_brokers.append(x4)
     f_type = 0
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('Type')
-            f_type = _S7.unpack_from(data, p)[0]
-            p += 1
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('Type')
+                f_type = _S7.unpack_from(data, p)[0]
+                p += 1
+            else:
+                pos = skip_tagged_field(data, pos)
     return UpdateMetadataRequest(f_controller_id, f_is_k_raft_controller, f_type, f_controller_epoch, f_broker_epoch, [], f_topic_states, f_live_brokers), pos
 
 

@@ -52,10 +52,13 @@ def _e_UpdateMetadataResponse_1(m, buf):
 def _d_UpdateMetadataResponse_1(data, pos):
     f_error_code, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateMetadataResponse(f_error_code), pos
 
 

@@ -76,14 +76,33 @@ def _e_Listener_0(m, buf):
 
 
 def _d_Listener_0(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S0.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return Listener(f_name, f_host, f_port), pos
 
 
@@ -95,10 +114,13 @@ def _e_KRaftVersionFeature_0(m, buf):
 def _d_KRaftVersionFeature_0(data, pos):
     f_min_supported_version, f_max_supported_version, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return KRaftVersionFeature(f_min_supported_version, f_max_supported_version), pos
 
 
@@ -117,7 +139,11 @@ def _e_UpdateRaftVoterRequest_0(m, buf):
     buf += _S2.pack(m.current_leader_epoch, m.voter_id)
     buf += uuid_bytes(m.voter_directory_id)
     a3 = m.listeners
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_Listener_0(x, buf)
     _e_KRaftVersionFeature_0(m.k_raft_version_feature, buf)
@@ -125,23 +151,34 @@ def _e_UpdateRaftVoterRequest_0(m, buf):
 
 
 def _d_UpdateRaftVoterRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_current_leader_epoch, f_voter_id, = _S2.unpack_from(data, pos)
     pos += 8
     f_voter_directory_id, pos = read_uuid(data, pos)
-    n1, pos = read_array_length(data, pos, True, False, 'Listeners')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
         f_listeners = None
     else:
         f_listeners = []
-        for _ in range(n1):
-            x2, pos = _d_Listener_0(data, pos)
-            f_listeners.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
     f_k_raft_version_feature, pos = _d_KRaftVersionFeature_0(data, pos)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return UpdateRaftVoterRequest(f_cluster_id, f_current_leader_epoch, f_voter_id, f_voter_directory_id, f_listeners, f_k_raft_version_feature), pos
 
 

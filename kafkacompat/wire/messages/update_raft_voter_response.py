@@ -63,13 +63,24 @@ def _e_CurrentLeader_0(m, buf):
 def _d_CurrentLeader_0(data, pos):
     f_leader_id, f_leader_epoch, = _S0.unpack_from(data, pos)
     pos += 8
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return CurrentLeader(f_leader_id, f_leader_epoch, f_host, f_port), pos
 
 
@@ -88,17 +99,20 @@ def _d_UpdateRaftVoterResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
     pos += 6
     f_current_leader = CurrentLeader()
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('CurrentLeader')
-            f_current_leader, p = _d_CurrentLeader_0(data, p)
-        else:
-            pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('CurrentLeader')
+                f_current_leader, p = _d_CurrentLeader_0(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
     return UpdateRaftVoterResponse(f_throttle_time_ms, f_error_code, f_current_leader), pos
 
 

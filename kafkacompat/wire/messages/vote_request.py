@@ -66,10 +66,13 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition_index, f_candidate_epoch, f_candidate_id, f_last_offset_epoch, f_last_offset, = _S0.unpack_from(data, pos)
     pos += 24
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, ZERO_UUID, ZERO_UUID, f_last_offset_epoch, f_last_offset), pos
 
 
@@ -88,10 +91,13 @@ def _d_PartitionData_1(data, pos):
     f_voter_directory_id, pos = read_uuid(data, pos)
     f_last_offset_epoch, f_last_offset, = _S2.unpack_from(data, pos)
     pos += 12
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, f_candidate_directory_id, f_voter_directory_id, f_last_offset_epoch, f_last_offset), pos
 
 
@@ -104,26 +110,41 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -136,26 +157,41 @@ def _e_TopicData_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_1(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_1(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -172,26 +208,41 @@ def _e_VoteRequest_0(m, buf):
             write_uvarint(buf, b1n)
         buf += b1
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicData_0(x, buf)
     buf.append(0)
 
 
 def _d_VoteRequest_0(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_0(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_TopicData_0(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return VoteRequest(f_cluster_id, -1, f_topics), pos
 
 
@@ -209,28 +260,43 @@ def _e_VoteRequest_1(m, buf):
         buf += b1
     buf += _S3.pack(m.voter_id)
     a3 = m.topics
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_TopicData_1(x, buf)
     buf.append(0)
 
 
 def _d_VoteRequest_1(data, pos):
-    f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
     f_voter_id, = _S3.unpack_from(data, pos)
     pos += 4
-    n1, pos = read_array_length(data, pos, True, False, 'Topics')
-    if n1 < 0:
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
         f_topics = None
     else:
         f_topics = []
-        for _ in range(n1):
-            x2, pos = _d_TopicData_1(data, pos)
-            f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_TopicData_1(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return VoteRequest(f_cluster_id, f_voter_id, f_topics), pos
 
 

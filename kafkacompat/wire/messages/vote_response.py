@@ -72,10 +72,13 @@ def _e_PartitionData_0(m, buf):
 def _d_PartitionData_0(data, pos):
     f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_vote_granted, = _S0.unpack_from(data, pos)
     pos += 15
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return PartitionData(f_partition_index, f_error_code, f_leader_id, f_leader_epoch, f_vote_granted), pos
 
 
@@ -88,26 +91,41 @@ def _e_TopicData_0(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_PartitionData_0(x, buf)
     buf.append(0)
 
 
 def _d_TopicData_0(data, pos):
-    f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_PartitionData_0(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return TopicData(f_topic_name, f_partitions), pos
 
 
@@ -122,10 +140,13 @@ def _e_NodeEndpoint_0(m, buf):
 
 
 def _d_NodeEndpoint_0(data, pos):
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(0, '', 0), pos
 
 
@@ -145,13 +166,24 @@ def _e_NodeEndpoint_1(m, buf):
 def _d_NodeEndpoint_1(data, pos):
     f_node_id, = _S1.unpack_from(data, pos)
     pos += 4
-    f_host, pos = read_string(data, pos, True, False, 'Host')
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Host')
+        f_host = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_host, pos = read_string(data, pos, True, False, 'Host')
     f_port, = _S2.unpack_from(data, pos)
     pos += 2
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return NodeEndpoint(f_node_id, f_host, f_port), pos
 
 
@@ -160,7 +192,11 @@ def _e_VoteResponse_0(m, buf):
         raise unsupported('VoteResponse', 'NodeEndpoints', '1+')
     buf += _S3.pack(m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     buf.append(0)
@@ -177,26 +213,37 @@ def _d_VoteResponse_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return VoteResponse(f_error_code, f_topics, []), pos
 
 
 def _e_VoteResponse_1(m, buf):
     buf += _S3.pack(m.error_code)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_TopicData_0(x, buf)
     tags = []
-    v2 = m.node_endpoints
-    if v2:
+    v3 = m.node_endpoints
+    if v3:
         t = bytearray()
-        a3 = v2
-        write_length(t, len(a3), True)
-        for x in a3:
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
             _e_NodeEndpoint_1(x, t)
         tags.append((0, t))
     write_tagged(buf, tags)
@@ -214,24 +261,27 @@ def _d_VoteResponse_1(data, pos):
             x2, pos = _d_TopicData_0(data, pos)
             f_topics.append(x2)
     f_node_endpoints = []
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        if tag == 0:
-            size, p = read_uvarint(data, pos)
-            pos = p + size
-            if pos > len(data):
-                raise truncated('NodeEndpoints')
-            n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
-            if n3 < 0:
-                f_node_endpoints = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('NodeEndpoints')
+                n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
+                if n3 < 0:
+                    f_node_endpoints = None
+                else:
+                    f_node_endpoints = []
+                    for _ in range(n3):
+                        x4, p = _d_NodeEndpoint_1(data, p)
+                        f_node_endpoints.append(x4)
             else:
-                f_node_endpoints = []
-                for _ in range(n3):
-                    x4, p = _d_NodeEndpoint_1(data, p)
-                    f_node_endpoints.append(x4)
-        else:
-            pos = skip_tagged_field(data, pos)
+                pos = skip_tagged_field(data, pos)
     return VoteResponse(f_error_code, f_topics, f_node_endpoints), pos
 
 

@@ -16,8 +16,9 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>h')
-_S1 = struct.Struct('>qh?')
-_S2 = struct.Struct('>i')
+_S1 = struct.Struct('>i')
+_S2 = struct.Struct('>qh?')
+_Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
 @dataclass(slots=True)
@@ -58,17 +59,26 @@ def _e_WritableTxnMarkerTopic_0(m, buf):
     buf += _S0.pack(len(b1))
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), False)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    buf += _S1.pack(n4)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_WritableTxnMarkerTopic_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
-    if n1 < 0:
+    n2 = _S0.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
     return WritableTxnMarkerTopic(f_name, f_partition_indexes), pos
 
 
@@ -81,36 +91,52 @@ def _e_WritableTxnMarkerTopic_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partition_indexes
-    write_length(buf, len(a3), True)
-    buf += struct.pack(f'>{len(a3)}i', *a3)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
     buf.append(0)
 
 
 def _d_WritableTxnMarkerTopic_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n3 < 0:
         f_partition_indexes = None
     else:
-        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n3, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WritableTxnMarkerTopic(f_name, f_partition_indexes), pos
 
 
 def _e_WritableTxnMarker_0(m, buf):
-    buf += _S1.pack(m.producer_id, m.producer_epoch, m.transaction_result)
+    buf += _S2.pack(m.producer_id, m.producer_epoch, m.transaction_result)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_WritableTxnMarkerTopic_0(x, buf)
-    buf += _S2.pack(m.coordinator_epoch)
+    buf += _S1.pack(m.coordinator_epoch)
 
 
 def _d_WritableTxnMarker_0(data, pos):
-    f_producer_id, f_producer_epoch, f_transaction_result, = _S1.unpack_from(data, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result, = _S2.unpack_from(data, pos)
     pos += 11
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -120,23 +146,27 @@ def _d_WritableTxnMarker_0(data, pos):
         for _ in range(n1):
             x2, pos = _d_WritableTxnMarkerTopic_0(data, pos)
             f_topics.append(x2)
-    f_coordinator_epoch, = _S2.unpack_from(data, pos)
+    f_coordinator_epoch, = _S1.unpack_from(data, pos)
     pos += 4
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
 
 
 def _e_WritableTxnMarker_1(m, buf):
-    buf += _S1.pack(m.producer_id, m.producer_epoch, m.transaction_result)
+    buf += _S2.pack(m.producer_id, m.producer_epoch, m.transaction_result)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_WritableTxnMarkerTopic_1(x, buf)
-    buf += _S2.pack(m.coordinator_epoch)
+    buf += _S1.pack(m.coordinator_epoch)
     buf.append(0)
 
 
 def _d_WritableTxnMarker_1(data, pos):
-    f_producer_id, f_producer_epoch, f_transaction_result, = _S1.unpack_from(data, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result, = _S2.unpack_from(data, pos)
     pos += 11
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -146,18 +176,22 @@ def _d_WritableTxnMarker_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_WritableTxnMarkerTopic_1(data, pos)
             f_topics.append(x2)
-    f_coordinator_epoch, = _S2.unpack_from(data, pos)
+    f_coordinator_epoch, = _S1.unpack_from(data, pos)
     pos += 4
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
 
 
 def _e_WriteTxnMarkersRequest_0(m, buf):
     a1 = m.markers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S1.pack(n2)
     for x in a1:
         _e_WritableTxnMarker_0(x, buf)
 
@@ -176,7 +210,11 @@ def _d_WriteTxnMarkersRequest_0(data, pos):
 
 def _e_WriteTxnMarkersRequest_1(m, buf):
     a1 = m.markers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_WritableTxnMarker_1(x, buf)
     buf.append(0)
@@ -191,10 +229,13 @@ def _d_WriteTxnMarkersRequest_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_WritableTxnMarker_1(data, pos)
             f_markers.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WriteTxnMarkersRequest(f_markers), pos
 
 

@@ -17,7 +17,8 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>ih')
 _S1 = struct.Struct('>h')
-_S2 = struct.Struct('>q')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>q')
 
 
 @dataclass(slots=True)
@@ -75,10 +76,13 @@ def _e_WritableTxnMarkerPartitionResult_1(m, buf):
 def _d_WritableTxnMarkerPartitionResult_1(data, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(data, pos)
     pos += 6
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code), pos
 
 
@@ -87,21 +91,30 @@ def _e_WritableTxnMarkerTopicResult_0(m, buf):
     buf += _S1.pack(len(b1))
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), False)
+    n4 = len(a3)
+    buf += _S2.pack(n4)
     for x in a3:
         _e_WritableTxnMarkerPartitionResult_0(x, buf)
 
 
 def _d_WritableTxnMarkerTopicResult_0(data, pos):
-    f_name, pos = read_string(data, pos, False, False, 'Name')
-    n1, pos = read_array_length(data, pos, False, False, 'Partitions')
-    if n1 < 0:
+    n2 = _S1.unpack_from(data, pos)[0]
+    if n2 >= 0:
+        end1 = pos + 2 + n2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 2:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, False, False, 'Name')
+    n3, pos = read_array_length(data, pos, False, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_WritableTxnMarkerPartitionResult_0(data, pos)
-            f_partitions.append(x2)
+        for _ in range(n3):
+            x4, pos = _d_WritableTxnMarkerPartitionResult_0(data, pos)
+            f_partitions.append(x4)
     return WritableTxnMarkerTopicResult(f_name, f_partitions), pos
 
 
@@ -114,39 +127,55 @@ def _e_WritableTxnMarkerTopicResult_1(m, buf):
         write_uvarint(buf, b1n)
     buf += b1
     a3 = m.partitions
-    write_length(buf, len(a3), True)
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_WritableTxnMarkerPartitionResult_1(x, buf)
     buf.append(0)
 
 
 def _d_WritableTxnMarkerTopicResult_1(data, pos):
-    f_name, pos = read_string(data, pos, True, False, 'Name')
-    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
-    if n1 < 0:
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('Name')
+        f_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_name, pos = read_string(data, pos, True, False, 'Name')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
         f_partitions = None
     else:
         f_partitions = []
-        for _ in range(n1):
-            x2, pos = _d_WritableTxnMarkerPartitionResult_1(data, pos)
-            f_partitions.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+        for _ in range(n3):
+            x4, pos = _d_WritableTxnMarkerPartitionResult_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WritableTxnMarkerTopicResult(f_name, f_partitions), pos
 
 
 def _e_WritableTxnMarkerResult_0(m, buf):
-    buf += _S2.pack(m.producer_id)
+    buf += _S3.pack(m.producer_id)
     a1 = m.topics
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_WritableTxnMarkerTopicResult_0(x, buf)
 
 
 def _d_WritableTxnMarkerResult_0(data, pos):
-    f_producer_id, = _S2.unpack_from(data, pos)
+    f_producer_id, = _S3.unpack_from(data, pos)
     pos += 8
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -160,16 +189,20 @@ def _d_WritableTxnMarkerResult_0(data, pos):
 
 
 def _e_WritableTxnMarkerResult_1(m, buf):
-    buf += _S2.pack(m.producer_id)
+    buf += _S3.pack(m.producer_id)
     a1 = m.topics
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_WritableTxnMarkerTopicResult_1(x, buf)
     buf.append(0)
 
 
 def _d_WritableTxnMarkerResult_1(data, pos):
-    f_producer_id, = _S2.unpack_from(data, pos)
+    f_producer_id, = _S3.unpack_from(data, pos)
     pos += 8
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -179,16 +212,20 @@ def _d_WritableTxnMarkerResult_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_WritableTxnMarkerTopicResult_1(data, pos)
             f_topics.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WritableTxnMarkerResult(f_producer_id, f_topics), pos
 
 
 def _e_WriteTxnMarkersResponse_0(m, buf):
     a1 = m.markers
-    write_length(buf, len(a1), False)
+    n2 = len(a1)
+    buf += _S2.pack(n2)
     for x in a1:
         _e_WritableTxnMarkerResult_0(x, buf)
 
@@ -207,7 +244,11 @@ def _d_WriteTxnMarkersResponse_0(data, pos):
 
 def _e_WriteTxnMarkersResponse_1(m, buf):
     a1 = m.markers
-    write_length(buf, len(a1), True)
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
     for x in a1:
         _e_WritableTxnMarkerResult_1(x, buf)
     buf.append(0)
@@ -222,10 +263,13 @@ def _d_WriteTxnMarkersResponse_1(data, pos):
         for _ in range(n1):
             x2, pos = _d_WritableTxnMarkerResult_1(data, pos)
             f_markers.append(x2)
-    count, pos = read_uvarint(data, pos)
-    for _ in range(count):
-        tag, pos = read_uvarint(data, pos)
-        pos = skip_tagged_field(data, pos)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
     return WriteTxnMarkersResponse(f_markers), pos
 
 

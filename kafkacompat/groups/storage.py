@@ -14,7 +14,7 @@ A record's key and value are each an int16 schema version followed by the struct
                                        subscription bytes, assignment bytes]
 
 Versions 4 (flexible, tagged fields) are decoded too, for logs written by a newer Kafka. A null
-value is a tombstone. Records travel in RecordBatch v2 batches built by kafka-python's builder.
+value is a tombstone. Records travel in RecordBatch v2 batches (wire/records.py's new_batch).
 """
 
 from __future__ import annotations

@@ -149,6 +149,8 @@ def _list_partition(ctx: RequestContext, request, topic_name: str, wanted, parti
         return _partition_result(partition_cls, index, exc.code)
     last_fetchable = _last_fetchable_offset(partition, request.replica_id, request.isolation_level)
     found = find_offset(partition, wanted.timestamp, last_fetchable)
+    if ctx.version < 4:  # no leader epoch before v4 (and the field is not ignorable)
+        found = Found(found.offset, found.timestamp)
     return _partition_result(partition_cls, index, ErrorCode.NONE, found)
 
 

@@ -310,3 +310,24 @@ def test_the_index_matches_the_frame_table_and_covers_every_served_version() -> 
         low, high = codec.valid_versions(api_key)
         assert low <= handler.min_version and handler.max_version <= high or api_key in HAND_CODED, api_key
         assert API_INFO[api_key][0] == codec.flexible_versions(api_key)
+
+
+def test_every_other_api_and_version_kafka_python_knows_agrees_too() -> None:
+    """Beyond what the broker serves (Produce/Fetch's generated codecs, KRaft and admin APIs it
+    does not answer): the same cross-check, so a regenerated module cannot rot unnoticed."""
+    served = set(SERVED)
+    checked = 0
+    for (api_key, kind), cls in sorted(KAFKA_PYTHON.items()):
+        versions = codec.valid_versions(api_key)
+        if versions is None:
+            continue
+        for version in range(versions[0], min(versions[1], cls.max_version) + 1):
+            if (api_key, version) in served:
+                continue
+            decode = codec.decode_request if kind == "request" else codec.decode_response
+            encode = codec.encode_request if kind == "request" else codec.encode_response
+            for nulls in (False, True):
+                data = bytes(kafka_python_message(api_key, kind, version, nulls).encode(version=version))
+                assert encode(decode(api_key, version, data), version) == data, (api_key, kind, version, nulls)
+            checked += 1
+    assert checked > 100

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import crc32c
 
+from kafkacompat.wire import compression
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 HEADER_SIZE = 61
@@ -337,33 +338,12 @@ class Record:
 
 
 def decompress(codec: int, data: bytes) -> bytes:
-    from kafka import codec as codecs  # heavy import, needed only for compressed batches
-
-    decoders = {1: codecs.gzip_decode, 2: codecs.snappy_decode, 3: codecs.lz4_decode, 4: codecs.zstd_decode}
-    if codec not in decoders:
-        raise ValueError(f"unknown compression codec {codec} in a record batch")
-    return decoders[codec](data)
+    return compression.decompress(codec, data)
 
 
 def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
-    """``data`` compressed with ``codec`` in Kafka's framings. ``level`` is Kafka's level for the
-    codec (KIP-390: compression.gzip.level -1 = zlib's default 6, compression.lz4.level 9 = the
-    fast compressor, compression.zstd.level); None keeps kafka-python's defaults (the cleaner's)."""
-    from kafka import codec as codecs
-
-    if level is not None:
-        if codec == 1:
-            return codecs.gzip_encode(data, compresslevel=6 if level == -1 else level)
-        if codec == 3:
-            return codecs.lz4_encode(data, compression_level=0 if level == 9 else level)
-        if codec == 4:
-            import zstandard
-
-            return zstandard.ZstdCompressor(level=level).compress(data)
-    encoders = {1: codecs.gzip_encode, 2: codecs.snappy_encode, 3: codecs.lz4_encode, 4: codecs.zstd_encode}
-    if codec not in encoders:
-        raise ValueError(f"unknown compression codec {codec}")
-    return encoders[codec](data)
+    """``data`` compressed with ``codec`` in Kafka's framings (wire/compression.py)."""
+    return compression.compress(codec, data, level)
 
 
 def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:

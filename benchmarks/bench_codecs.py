@@ -185,14 +185,15 @@ def bench_control_plane() -> None:
     ours = cls(throttle_time_ms=0, cluster_id="cluster", controller_id=1,
                brokers=[broker_cls(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(3)],
                topics=[topic_cls(error_code=0, name=f"topic-{t}", topic_id=TOPIC_ID, partitions=[
-                   topic_cls.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=p % 3, leader_epoch=4,
-                                                       replica_nodes=[0, 1, 2], isr_nodes=[0, 1, 2], offline_replicas=[])
+                   topic_cls.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=p % 3,
+                                                       leader_epoch=4, replica_nodes=[0, 1, 2], isr_nodes=[0, 1, 2])
                    for p in range(4)]) for t in range(100)])
     kp_topic, kp_broker = MetadataResponse.MetadataResponseTopic, MetadataResponse.MetadataResponseBroker
     theirs = MetadataResponse(
         version=12, throttle_time_ms=0, cluster_id="cluster", controller_id=1, authorized_operations=None,
         brokers=[kp_broker(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(3)],
-        topics=[kp_topic(error_code=0, name=f"topic-{t}", topic_id=TOPIC_ID, is_internal=False, authorized_operations=None,
+        topics=[kp_topic(error_code=0, name=f"topic-{t}", topic_id=TOPIC_ID, is_internal=False,
+                         authorized_operations=None,
                          partitions=[kp_topic.MetadataResponsePartition(
                              error_code=0, partition_index=p, leader_id=p % 3, leader_epoch=4, replica_nodes=[0, 1, 2],
                              isr_nodes=[0, 1, 2], offline_replicas=[]) for p in range(4)]) for t in range(100)])

@@ -512,7 +512,8 @@ class StructCodegen:
                     section.append("        pos = p + size")
                     section.append("        if pos > len(data):")
                     section.append(f"            raise truncated({f.name!r})")
-                    section.extend("        " + line for line in self._decode_value(f, f"f_{f.attr}", "p", version, True, var))
+                    value_lines = self._decode_value(f, f"f_{f.attr}", "p", version, True, var)
+                    section.extend("        " + line for line in value_lines)
                     keyword_ = "elif"
                 section.append("    else:")
                 section.append("        pos = skip_tagged_field(data, pos)")
@@ -581,7 +582,8 @@ class StructCodegen:
         return lines
 
 
-    def _string_decode(self, target: str, pos: str, compact: bool, nullable: bool, name: str, var: Counter) -> list[str]:
+    def _string_decode(self, target: str, pos: str, compact: bool, nullable: bool, name: str,
+                       var: Counter) -> list[str]:
         """Inline for the usual case (a compact length in one byte, or a classic non-negative
         one); read_string for nulls, long compact lengths and errors."""
         end = var("end")

@@ -232,7 +232,8 @@ def _heartbeat_v4(tagged: bytes) -> bytes:
 def test_unknown_tagged_fields_are_skipped() -> None:
     unknown = b"\x02" + b"\x05\x03abc" + b"\x63\x81\x01" + b"y" * 129  # tags 5 and 99, sizes 3 and 129
     request = codec.decode_request(12, 4, _heartbeat_v4(unknown))
-    assert (request.group_id, request.generation_id, request.member_id, request.group_instance_id) == ("g", 7, "m", None)
+    assert (request.group_id, request.generation_id, request.member_id, request.group_instance_id) == (
+        "g", 7, "m", None)
 
 
 def test_a_tagged_field_that_runs_past_the_end_is_malformed() -> None:

@@ -124,5 +124,6 @@ async def handle_metadata(request, ctx: RequestContext):
     return response_for(
         METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
         controller_id=ctx.broker.controller_id, topics=topics,
-        cluster_authorized_operations=operations_bitfield(CLUSTER_OPERATIONS) if include_cluster_ops else OPERATIONS_OMITTED,
+        cluster_authorized_operations=(operations_bitfield(CLUSTER_OPERATIONS) if include_cluster_ops
+                                       else OPERATIONS_OMITTED),
     )

@@ -17,13 +17,14 @@ DEBUGGING_REPLICA_ID = -2
 @handles(OFFSET_FOR_LEADER_EPOCH, 0, 4)
 async def handle_offset_for_leader_epoch(request, ctx: RequestContext):
     topic_cls = response_class(OFFSET_FOR_LEADER_EPOCH).OffsetForLeaderTopicResult
-    topics = [topic_cls(topic=topic.topic, partitions=[_end_offset(ctx, request, topic.topic, p) for p in topic.partitions])
-              for topic in request.topics]
+    topics = [topic_cls(topic=topic.topic, partitions=[
+        _end_offset(ctx, request, topic_cls.EpochEndOffset, topic.topic, p) for p in topic.partitions])
+        for topic in request.topics]
     return response_for(OFFSET_FOR_LEADER_EPOCH, ctx, throttle_time_ms=0, topics=topics)
 
 
-def _end_offset(ctx: RequestContext, request, topic: str, wanted):
-    result = response_class(OFFSET_FOR_LEADER_EPOCH).OffsetForLeaderTopicResult.EpochEndOffset(partition=wanted.partition)
+def _end_offset(ctx: RequestContext, request, result_cls, topic: str, wanted):
+    result = result_cls(partition=wanted.partition)
     partition = ctx.broker.partition(topic, wanted.partition)
     if partition is None:
         result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

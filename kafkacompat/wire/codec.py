@@ -91,7 +91,7 @@ def _encode(message: Any, version: int) -> bytes:
         raise EncodeError(f"{type(message).__name__} v{version}: {exc}") from exc
     except KeyError as exc:
         raise EncodeError(f"{type(message).__name__} has no version {version}") from exc
-    except (AttributeError, TypeError, ValueError, OverflowError, struct.error) as exc:  # None where a value is due, ...
+    except (AttributeError, TypeError, ValueError, OverflowError, struct.error) as exc:  # e.g. None for a value
         raise EncodeError(f"{type(message).__name__} v{version} cannot be encoded: {exc!r}") from exc
 
 

@@ -25,6 +25,8 @@ before it was accepted is skipped.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import itertools
 import logging
@@ -58,6 +60,26 @@ _ACCEPT_IGNORED_ERRNOS = frozenset(getattr(errno, name) for name in (
     "ECONNABORTED", "EPERM", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH",
     "EOPNOTSUPP", "ENETUNREACH") if hasattr(errno, name))
 _ACCEPT_RETRY_SECONDS = 0.1
+# After this many connections closed (or one that streamed a response: its pieces were large),
+# hand the memory they freed back to the system: glibc keeps freed heap pages below live
+# allocations otherwise (a burst of connections would leave the broker's RSS at its peak).
+# malloc_trim takes under a millisecond; the idle check also trims after any close.
+_TRIM_AFTER_CLOSES = 64
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _return_freed_memory() -> None:
+    if _malloc_trim is not None:
+        _malloc_trim(0)
 
 
 class UnsentBytes:
@@ -99,6 +121,7 @@ class Connection:
         self.send_stalled = False  # waiting for the client to take response bytes (that is idleness)
         self.unsent = unsent if unsent is not None else UnsentBytes()
         self.unsent_held = 0  # this connection's part of unsent.in_use
+        self.streamed = False  # has sent a streamed response (its pieces' memory is returned at close)
         self.cancel_scope: trio.CancelScope | None = None
         self.id = next(_connection_ids)
         self.peer = self.client_host = "unknown"
@@ -211,6 +234,7 @@ class Connection:
         """Produce a piece only when the listener's unsent pieces leave room, send it, then let
         other tasks run before the next (producing one is CPU work: down-conversion)."""
         unsent = self.unsent
+        self.streamed = True
         while True:
             await unsent.wait_for_room()
             piece = next(chunk.pieces, None)
@@ -287,6 +311,7 @@ class ConnectionLimits:
         self.per_ip: dict[str, int] = {}
         self._slot_freed = trio.Event()
         self.unsent = UnsentBytes()
+        self._closed_since_trim = 0
 
     def admit(self, connection: Connection) -> bool:
         """Count a new connection in, unless its address already has max.connections.per.ip."""
@@ -309,6 +334,10 @@ class ConnectionLimits:
                 del self.per_ip[host]
             self._slot_freed.set()
             self._slot_freed = trio.Event()
+            self._closed_since_trim += 1
+            if self._closed_since_trim >= _TRIM_AFTER_CLOSES or connection.streamed:
+                self._closed_since_trim = 0
+                _return_freed_memory()
 
     async def wait_for_slot(self) -> None:
         """Kafka's Acceptor blocks while max.connections are open."""
@@ -325,6 +354,9 @@ class ConnectionLimits:
         while True:
             idle_ms = self.broker.config.connections_max_idle_ms
             await trio.sleep(max(idle_ms / 1000 / 4, 0.05) if idle_ms >= 0 else 60)
+            if self._closed_since_trim:
+                self._closed_since_trim = 0
+                _return_freed_memory()
             if idle_ms < 0:
                 continue
             cutoff = time.monotonic() - idle_ms / 1000

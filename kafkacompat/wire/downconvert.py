@@ -232,12 +232,12 @@ def _convert_entry(batch: memoryview, to_magic: int, first_offset: int) -> Itera
                              "Down-conversion of zstandard-compressed batches is not supported")
     log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
     timestamp_type = LEGACY_TIMESTAMP_TYPE if to_magic and log_append_time is not None else 0
-    body = bytes(batch[HEADER_SIZE:])
-    if not codec:
+    body = batch[HEADER_SIZE:]
+    if not codec:  # read in place: keys and values are views of the stored batch until written out
         records = _v2_records(body, header.records_count, header.base_offset, header.base_timestamp, log_append_time)
         return _single_messages(records, to_magic, timestamp_type, first_offset, header.base_offset)
     try:
-        records = list(_v2_records(decompress(codec, body), header.records_count, header.base_offset,
+        records = list(_v2_records(decompress(codec, bytes(body)), header.records_count, header.base_offset,
                                    header.base_timestamp, log_append_time))
     except Exception as error:  # noqa: BLE001 - the codec libraries raise assorted errors for bad bytes
         raise _CannotConvert(ErrorCode.CORRUPT_MESSAGE, f"record batch at offset {header.base_offset} "
@@ -318,7 +318,7 @@ def _legacy_bytes(message: memoryview, position: int) -> tuple[bytes | None, int
     return bytes(message[position:position + length]), position + length
 
 
-def _v2_records(body: bytes, count: int, base_offset: int, base_timestamp: int,
+def _v2_records(body: bytes | memoryview, count: int, base_offset: int, base_timestamp: int,
                 log_append_time: int | None) -> Iterator[Record]:
     """(offset, timestamp, key, value) of the records in a v2 batch's (decompressed) records
     section, one at a time. Raises ValueError where they do not decode."""
@@ -363,8 +363,8 @@ def _wrapped(records: list[Record], to_magic: int, codec: int, timestamp_type: i
                      _compress(codec, inner, to_magic))]
 
 
-def _message(offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None,
-             value: bytes | None) -> bytes:
+def _message(offset: int, magic: int, attributes: int, timestamp: int, key: Buffer | None,
+             value: Buffer | None) -> bytes:
     """One legacy message with its offset and size: offset, size, crc32(magic..), magic,
     attributes, timestamp (magic 1), key, value."""
     head = _HEAD_V1.pack(1, attributes, timestamp) if magic else _HEAD_V0.pack(0, attributes)

@@ -1,16 +1,20 @@
 """Kafka's connection limits on a real broker process, over raw sockets: connections.max.idle.ms
 closes a connection that stays idle (but not one that keeps sending requests, nor one parked in a
 long request); max.connections.per.ip closes the connection over the limit at once;
-max.connections makes new clients wait until a connection closes."""
+max.connections makes new clients wait until a connection closes; running out of file descriptors
+(a low RLIMIT_NOFILE) makes new clients wait too, and the broker goes on serving."""
 
 from __future__ import annotations
 
+import os
+import resource
+import socket
 import time
 
 import pytest
 
 pytest.register_assert_rewrite("clients")
-from clients import RawConnection  # noqa: E402
+from clients import RawConnection, assert_client_works  # noqa: E402
 
 JOIN_GROUP = 11
 
@@ -96,3 +100,33 @@ def test_max_connections_makes_a_new_client_wait_for_a_free_slot(broker_factory)
     finally:
         first.sock.close()
         second.sock.close()
+
+
+def test_running_out_of_descriptors_is_waited_out(broker_factory, topic_name):
+    """With the broker's open-files limit lowered (prlimit) to a few more than it has open, more
+    connections arrive than it has descriptors for: accept fails with EMFILE. The broker says so
+    and what to do, keeps serving the connections it has, and once they close takes new clients
+    again: a real client produces and consumes."""
+    broker = broker_factory()
+    assert_client_works(broker.bootstrap, topic_name)  # the topic's (and __consumer_offsets') files are open
+    limit = len(os.listdir(f"/proc/{broker.pid()}/fd")) + 8
+    resource.prlimit(broker.pid(), resource.RLIMIT_NOFILE, (limit, limit))
+    first = RawConnection(broker.bootstrap)
+    extra = []
+    try:
+        assert api_versions(first) == 0
+        extra = [socket.create_connection(("127.0.0.1", broker.port), timeout=10) for _ in range(30)]
+        deadline = time.monotonic() + 30
+        while "Cannot accept new connections" not in broker.output():
+            assert broker.proc.poll() is None, f"the broker ended:\n{broker.output()}"
+            assert time.monotonic() < deadline, "the broker never ran out of descriptors"
+            time.sleep(0.05)
+        assert "raise the open-files limit" in broker.output()
+        assert api_versions(first) == 0  # still served
+    finally:
+        first.sock.close()
+        for sock in extra:
+            sock.close()
+    assert broker.proc.poll() is None
+    assert_client_works(broker.bootstrap, topic_name)
+    assert "Accepting connections again" in broker.output()

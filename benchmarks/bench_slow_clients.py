@@ -7,10 +7,11 @@ Phases, each against the same broker, figures printed as they come (nothing is a
   setup     one partition holding --mb MB of 1 KiB records (uncompressed, confluent-kafka)
   baseline  produce latency of a side producer alone: one message, acks=1, produce + flush (the
             delivery report), repeatedly for --seconds; p50, p99 and max
-  slow      N connections each send one Fetch v2 (down-converted to magic 1) for the whole
-            partition with a partition limit of --mb MB, and never read their socket (4 KiB
-            receive buffer); while they hang: the broker's RSS (peak, sampled every 50 ms) and
-            the side producer's latency; RSS again after they close
+  slow      the side producer runs for --seconds; half a second in, N connections each send
+            one Fetch v2 (down-converted to magic 1) for the whole partition with a partition
+            limit of --mb MB, and never read their socket (4 KiB receive buffer). The broker's
+            RSS (peak, sampled every 50 ms; and at the end, while they still hang), the side
+            producer's latency meanwhile, RSS again after they close
   idle      M connections that each send one ApiVersions, read the answer, and then stay idle;
             RSS with them open (per connection) and after they close
 
@@ -123,15 +124,18 @@ def slow_consumers(broker: BrokerProcess, topic: str, side_topic: str, count: in
     pid = broker.pid()
     before = rss_mib(pid)
     sockets = []
+    latencies: list[float] = []
+    side = threading.Thread(target=lambda: latencies.extend(produce_latencies(broker.bootstrap, side_topic, seconds)))
     with PeakRss(pid) as peak:
+        side.start()
+        time.sleep(0.5)  # the side producer is connected and producing when the slow ones arrive
         for _ in range(count):
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.connect(("127.0.0.1", broker.port))
             sock.sendall(fetch_v2(topic, megabytes * MIB))
             sockets.append(sock)
-        time.sleep(2)  # let the broker start converting and fill the socket buffers
-        latencies = produce_latencies(broker.bootstrap, side_topic, seconds)
+        side.join()
         during = rss_mib(pid)
     for sock in sockets:
         sock.close()

@@ -167,7 +167,7 @@ class Connection:
             log.exception("Closing %s after an internal error; other clients are unaffected", self.describe())
         finally:
             self.sock.close()
-            self.decoder = None  # type: ignore[assignment]  # its buffer goes now, not with the last reference
+            self.decoder.close()
 
     # The socket calls below go straight to the (non-blocking) descriptor and wait for epoll only
     # when the kernel says EAGAIN. trio's socket methods would add a scheduler pass after every

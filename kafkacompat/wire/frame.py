@@ -171,6 +171,12 @@ class FrameDecoder:
         else:
             self._end += count
 
+    def close(self) -> None:
+        """Let go of the buffers now (a closed connection's memory is returned right away)."""
+        self._buf = bytearray()
+        self._large = None
+        self._start = self._end = 0
+
     def has_partial_frame(self) -> bool:
         return self._large is not None or self._end > self._start
 

@@ -19,8 +19,8 @@ keeps one piece in memory, and all connections together at most ``UNSENT_BYTES_L
 (a connection waits for room before converting its next piece).
 
 Descriptor exhaustion (EMFILE, ENFILE) and kernel memory pressure (ENOBUFS, ENOMEM) on accept
-are waited out, logged once per burst, as trio's serve_listeners does; a connection aborted
-before it was accepted is skipped.
+are waited out (retried every 100 ms, as trio's serve_listeners does), logged once per burst; a
+connection aborted before it was accepted is skipped.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ _ACCEPT_IGNORED_ERRNOS = frozenset(getattr(errno, name) for name in (
     "ECONNABORTED", "EPERM", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH",
     "EOPNOTSUPP", "ENETUNREACH") if hasattr(errno, name))
 _ACCEPT_RETRY_SECONDS = 0.1
+_ACCEPT_QUIET_SECONDS = 10.0
 # After this many connections closed (or one that streamed a response: its pieces were large),
 # hand the memory they freed back to the system: glibc keeps freed heap pages below live
 # allocations otherwise (a burst of connections would leave the broker's RSS at its peak).
@@ -380,13 +381,14 @@ async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=
     listener.listen(1024)
     bound_port = listener.getsockname()[1]
     limits = ConnectionLimits(broker)
+    exhaustion = _AcceptExhaustion(limits)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(limits.close_idle)
         task_status.started(bound_port)
         with listener:
             while True:
                 await limits.wait_for_slot()
-                sock = await _accept(listener, limits)
+                sock = await _accept(listener, exhaustion)
                 try:
                     sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
                 except OSError:
@@ -399,10 +401,9 @@ async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=
                     sock.close()
 
 
-async def _accept(listener: trio.socket.SocketType, limits: ConnectionLimits) -> trio.socket.SocketType:
-    """The next connection. Out of descriptors or kernel memory: wait until connections close
-    and retry (the clients wait in the listen backlog), saying so once per burst."""
-    exhausted_since: float | None = None
+async def _accept(listener: trio.socket.SocketType, exhaustion: "_AcceptExhaustion") -> trio.socket.SocketType:
+    """The next connection. Out of descriptors or kernel memory: wait for connections to close
+    and retry (the clients wait in the listen backlog meanwhile)."""
     while True:
         try:
             sock, _ = await listener.accept()
@@ -411,17 +412,36 @@ async def _accept(listener: trio.socket.SocketType, limits: ConnectionLimits) ->
                 continue
             if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
                 raise
-            if exhausted_since is None:
-                exhausted_since = time.monotonic()
-                log.warning(
-                    "Cannot accept new connections: %s (%d connections open). New clients wait in the "
-                    "listen backlog until connections close; raise the open-files limit (ulimit -n, "
-                    "LimitNOFILE=) or lower max.connections", os.strerror(exc.errno), len(limits.connections))
+            exhaustion.failed(exc)
             await trio.sleep(_ACCEPT_RETRY_SECONDS)
             continue
-        if exhausted_since is not None:
-            log.warning("Accepting connections again after %.1f s", time.monotonic() - exhausted_since)
+        exhaustion.accepted()
         return sock
+
+
+class _AcceptExhaustion:
+    """Says what happened and what to do once per burst of accept failures (a burst ends after
+    _ACCEPT_QUIET_SECONDS without one), and once that accepting resumed."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.last_failure = -_ACCEPT_QUIET_SECONDS
+        self.started: float | None = None
+
+    def failed(self, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self.last_failure > _ACCEPT_QUIET_SECONDS:
+            self.started = now
+            log.warning(
+                "Cannot accept new connections: %s (%d connections open). New clients wait in the listen "
+                "backlog until connections close; raise the open-files limit (ulimit -n, systemd's "
+                "LimitNOFILE=) or lower max.connections", os.strerror(exc.errno), len(self.limits.connections))
+        self.last_failure = now
+
+    def accepted(self) -> None:
+        if self.started is not None:
+            log.warning("Accepting connections again, %.1f s after accept first failed", time.monotonic() - self.started)
+            self.started = None
 
 
 async def _serve_counted(connection: Connection, limits: ConnectionLimits) -> None:

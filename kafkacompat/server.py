@@ -14,9 +14,9 @@ not taken a byte of its response for that long (Kafka's Selector counts no activ
 Memory per connection stays small and bounded whatever the client does: an idle connection holds
 a 4 KiB read buffer (a larger frame gets its own buffer, handed to the handler and dropped after
 it); the connection reads nothing while it sends a response, so a client that does not read its
-socket stops being read from; a response streamed a piece at a time (down-converted records)
-keeps one piece in memory, and all connections together at most ``UNSENT_BYTES_LIMIT`` of them
-(a connection waits for room before converting its next piece).
+socket stops being read from; a response streamed a piece at a time (down-converted records,
+produced in a worker thread) keeps one piece in memory, and all connections together at most
+``UNSENT_BYTES_LIMIT`` of them (a connection waits for room before converting its next piece).
 
 Descriptor exhaustion (EMFILE, ENFILE) and kernel memory pressure (ENOBUFS, ENOMEM) on accept
 are waited out (retried every 100 ms, as trio's serve_listeners does), logged once per burst; a
@@ -232,13 +232,15 @@ class Connection:
             await self._send_buffers(pending)
 
     async def _send_streamed(self, chunk: StreamedChunk) -> None:
-        """Produce a piece only when the listener's unsent pieces leave room, send it, then let
-        other tasks run before the next (producing one is CPU work: down-conversion)."""
+        """Produce a piece only when the listener's unsent pieces leave room, then send it.
+        Producing one is CPU work (down-conversion, milliseconds for a piece, more for a large
+        compressed batch): it runs in a worker thread, so the event loop gets its turns at
+        the interpreter's switch interval meanwhile."""
         unsent = self.unsent
         self.streamed = True
         while True:
             await unsent.wait_for_room()
-            piece = next(chunk.pieces, None)
+            piece = await trio.to_thread.run_sync(next, chunk.pieces, None)
             if piece is None:
                 return
             self.unsent_held = len(piece)
@@ -249,7 +251,6 @@ class Connection:
                 unsent.release(self.unsent_held)
                 self.unsent_held = 0
             del piece
-            await trio.lowlevel.checkpoint()
 
     async def _wait_writable(self) -> None:
         """The client has not taken what was sent: wait, counted as idle time."""

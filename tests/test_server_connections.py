@@ -245,9 +245,13 @@ def test_the_listeners_bound_makes_a_second_slow_client_wait_for_room(tmp_path):
                     await trio.sleep(0.01)
             second, second_connection = await tcp_connection(broker, nursery, unsent, receive_buffer=4096)
             await second.send(fetch_v2_request("old", 4 * MIB, 2))
+            with trio.fail_after(60):  # the response's head, sent before its records
+                while not unread_bytes(second):
+                    await trio.sleep(0.01)
             await trio.testing.wait_all_tasks_blocked(0.05)
             assert second_connection.busy and not second_connection.send_stalled
             assert second_connection.unsent_held == 0 and unsent.in_use == first_connection.unsent_held
+            assert unread_bytes(second) < 100  # no records: it waits for room
 
             responses = {}
 

@@ -88,7 +88,7 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     consumer parked on what converts to nothing (a transaction marker) waits for data."""
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        topics, total_bytes, has_error, partitions = _read_all_old(request, ctx)
+        topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
         if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
             return FetchResponseData(topics)
         _close_records(topics)
@@ -101,7 +101,7 @@ def _close_records(topics: list[FetchTopicResult]) -> None:
             close_chunks(result.records)
 
 
-def _read_all_old(request: FetchRequestData, ctx: RequestContext):
+async def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     """Kafka's limits before v4: v0-2 have no response limit and partition_max_bytes is hard (a
     first batch larger than it is not sent: an overflow marker tells the client); v3 has max_bytes
     with KIP-74's first batch. Both count the stored (unconverted) bytes, as Kafka's
@@ -127,7 +127,7 @@ def _read_all_old(request: FetchRequestData, ctx: RequestContext):
             read_bytes += result.records_size
             remaining -= result.records_size
             if result.records:
-                result = _down_convert(result, to_magic, wanted_partition, hard_limit)
+                result = await _down_convert(result, to_magic, wanted_partition, hard_limit)
             results.append(result)
             converted_bytes += result.records_size
             has_error = has_error or result.error_code != 0
@@ -137,9 +137,10 @@ def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     return topics, converted_bytes, has_error, waiting_on
 
 
-def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limit: bool) -> FetchPartitionResult:
+async def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limit: bool) -> FetchPartitionResult:
     """Replace the read's file regions with a StreamedChunk of their converted messages (or an
-    error). Only the size is computed here (the first batch converted and counted); the
+    error). Only the size is computed here (the first batch converted and counted, in a worker
+    thread: a large compressed batch takes a while, and the event loop keeps its turns); the
     conversion itself happens while the response is sent."""
     regions, size = result.records, result.records_size
     if hard_limit and size > wanted.partition_max_bytes:
@@ -148,7 +149,8 @@ def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limi
         result.records, result.records_size = [OVERFLOW_MARKER], len(OVERFLOW_MARKER)
         return result
     try:
-        converted_size = down_converted_size(_stored_pieces(regions), to_magic, wanted.fetch_offset, size)
+        converted_size = await trio.to_thread.run_sync(
+            down_converted_size, _stored_pieces(regions), to_magic, wanted.fetch_offset, size)
     except KafkaError as exc:
         close_chunks(regions)
         log.debug("Down-conversion of partition %d at %d failed: %s", result.index, wanted.fetch_offset, exc)

@@ -107,13 +107,11 @@ async def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     with KIP-74's first batch. Both count the stored (unconverted) bytes, as Kafka's
     ReplicaManager does; the converted records are cut to that size or the first batch's."""
     hard_limit = ctx.version <= HARD_LIMIT_UNTIL_FETCH_VERSION
-    to_magic = fetch_magic(ctx.version)
     remaining = request.max_bytes
     read_bytes = 0
-    converted_bytes = 0
-    has_error = False
     waiting_on = []
     topics = []
+    to_convert = []
     for wanted in request.topics:
         topic = ctx.broker.topics.get(wanted.name)
         results = []
@@ -127,13 +125,19 @@ async def _read_all_old(request: FetchRequestData, ctx: RequestContext):
             read_bytes += result.records_size
             remaining -= result.records_size
             if result.records:
-                result = await _down_convert(result, to_magic, wanted_partition, hard_limit)
+                to_convert.append((results, len(results), wanted_partition))
             results.append(result)
-            converted_bytes += result.records_size
-            has_error = has_error or result.error_code != 0
             if partition is not None:
                 waiting_on.append(partition)
         topics.append(FetchTopicResult(wanted.name, None, results))
+    try:
+        for results, index, wanted_partition in to_convert:
+            results[index] = await _down_convert(results[index], fetch_magic(ctx.version), wanted_partition, hard_limit)
+    except BaseException:  # cancelled while converting: nothing is sent, the descriptors go now
+        _close_records(topics)
+        raise
+    converted_bytes = sum(result.records_size for topic in topics for result in topic.partitions)
+    has_error = any(result.error_code != 0 for topic in topics for result in topic.partitions)
     return topics, converted_bytes, has_error, waiting_on
 
 
@@ -159,6 +163,9 @@ async def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, har
         close_chunks(regions)
         log.warning("Reading partition %d at %d for down-conversion failed: %s", result.index, wanted.fetch_offset, exc)
         return FetchPartitionResult(result.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+    except BaseException:
+        close_chunks(regions)
+        raise
     if not converted_size:
         close_chunks(regions)
         result.records, result.records_size = [], 0

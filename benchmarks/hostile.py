@@ -189,15 +189,15 @@ class Tally:
     batch_errors: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     connect_failures: int = 0
 
-    def record(self, frame: Frame, outcome: str) -> None:
+    def record(self, frame: Frame, outcome: str, waited_s: float) -> None:
         with self.lock:
             self.sent += 1
             self.outcomes[frame.kind.split(":")[0]][outcome] += 1
             if outcome in (fuzz.UNANSWERED, fuzz.DROPPED):
                 self.unanswered_count += 1
                 if len(self.unanswered) < 20:
-                    self.unanswered.append(f"frame {frame.index} {frame.kind}: {outcome} within "
-                                           f"{frame.bound.seconds:.1f} s ({frame.bound.why})")
+                    self.unanswered.append(f"frame {frame.index} {frame.kind}: {outcome} after {waited_s:.1f} s "
+                                           f"(its bound {frame.bound.seconds:.1f} s: {frame.bound.why})")
 
 
 class Worker(threading.Thread):
@@ -234,8 +234,8 @@ class Worker(threading.Thread):
 
     def _send(self, frame: Frame) -> None:
         sock = self._connection()
+        waited = fuzz.Bound(min(frame.bound.seconds, LONGEST_WAIT_S), frame.bound.answer_due, frame.bound.why)
         if frame.mode == PROBE:
-            waited = fuzz.Bound(min(frame.bound.seconds, LONGEST_WAIT_S), frame.bound.answer_due, frame.bound.why)
             outcome, responses = fuzz.exchange(sock, frame.data, waited)
             if frame.produce_version and responses:
                 self._record_batch(frame, responses[0])
@@ -244,7 +244,7 @@ class Worker(threading.Thread):
         else:
             outcome = _until_closed(sock, frame)
             self._drop()
-        self.tally.record(frame, outcome)
+        self.tally.record(frame, outcome, waited.seconds)
 
     def _record_batch(self, frame: Frame, response: bytes) -> None:
         try:

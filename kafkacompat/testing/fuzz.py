@@ -11,7 +11,8 @@ where the protocol says so:
 - Produce with acks=-1 waits for the in-sync replicas up to the request's timeout_ms
   (ReplicaManager.appendRecords -> DelayedProduce); acks=0 is never answered (a bad batch closes
   the connection instead), so only the request queued behind it bounds it.
-- Fetch waits up to its max_wait_ms for min_bytes (ReplicaManager.fetchMessages -> DelayedFetch).
+- Fetch waits up to its max_wait_ms for min_bytes (ReplicaManager.fetchMessages -> DelayedFetch),
+  unless it names no partition (``fetchInfos.isEmpty``: answered at once).
 - JoinGroup waits for the group's other members up to the group's rebalance timeout, and a
   member that does not rejoin is dropped when its session timeout expires; SyncGroup waits for
   the leader's assignment as long. Both depend on the JoinGroups the group received earlier, so
@@ -131,6 +132,8 @@ class Bounds:
                 return Bound(SLACK_S, False, "acks=0: no answer; the request behind it is answered")
             return self._waits(request.timeout_ms, "Produce timeout_ms")
         if api_key == FETCH:
+            if not any(topic.partitions for topic in request.topics):
+                return Bound(SLACK_S, True, "a Fetch of no partition is answered at once")
             return self._waits(request.max_wait_ms, "Fetch max_wait_ms")
         if api_key == JOIN_GROUP:
             self._remember_join(request)

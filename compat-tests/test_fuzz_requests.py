@@ -1,7 +1,7 @@
 """Every API and version the broker advertises, sent with damaged bodies (bytes overwritten with
 0x00/0xff/0x7f/0x80 or random values, bodies cut short): each request is answered or its
 connection closed as malformed, never by a crash inside a handler, and the broker keeps serving.
-A fixed seed keeps the run repeatable; about 2,500 requests.
+A fixed seed keeps the run repeatable; about 5,000 requests.
 
 No request may go unanswered without limit. Each one is followed on its connection by an
 ApiVersions v0 probe, and by the request's bound (kafkacompat/testing/fuzz.py: the wait its own
@@ -10,7 +10,9 @@ answered the probe alone where Kafka sends no response (Produce acks=0), or clos
 connection. The broker runs with group.initial.rebalance.delay.ms=0 and
 group.max.session.timeout.ms=10000, so a damaged JoinGroup that happens to carry a valid session
 timeout can hold a join (its own or a later one in the same group) for at most 10 s, not the
-30 minutes Kafka's default allows.
+30 minutes Kafka's default allows. A request whose own fields allow more than a minute (a
+damaged max_wait_ms or timeout_ms can say days) is waited for a minute; if it is still held then,
+it is held within its own bound, as Kafka would hold it, and is not a failure.
 """
 
 from __future__ import annotations
@@ -25,42 +27,42 @@ from clients import assert_client_works  # noqa: E402
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
 from kafkacompat.testing.fuzz import (  # noqa: E402
-    ANSWERED, CLOSED, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound, broker_bounds, connect, damaged,
-    default_body, exchange, frame, request_header,
+    ANSWERED, CLOSED, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound, bounded_exchange, broker_bounds,
+    connect, damaged, default_body, exchange, frame, populated_body, request_header,
 )
 from kafkacompat.wire.codec import request_class  # noqa: E402
 from kafkacompat.wire.frame import api_name  # noqa: E402
 
 MAX_SESSION_MS = 10_000
-# The fields of a damaged request can allow a wait of days (an int32 of milliseconds). None of
-# them has anything to wait for here (one broker, so acks=-1 needs no follower; the damaged
-# Fetches name no partition that exists), so past a minute the request is reported as unanswered
-# rather than waited for to the end of its bound.
-LONGEST_WAIT_S = 60.0
+TEMPLATES = {"default": default_body, "populated": populated_body}
 
 
 def test_damaged_requests_of_every_api_are_answered_or_closed_within_their_bound(broker_factory, topic_name):
+    """Two templates per API and version: every field at its default (empty arrays) and every
+    array holding one plausible element (the target topic and group, partition 0, a valid batch),
+    so the damage also reaches the handler code behind the arrays."""
     broker = broker_factory("--set", "group.initial.rebalance.delay.ms=0",
                             "--set", f"group.max.session.timeout.ms={MAX_SESSION_MS}")
     bounds = broker_bounds(initial_delay_ms=0, max_session_ms=MAX_SESSION_MS)
     rng = random.Random(20261201)
     outcomes: Counter[str] = Counter()
     late: list[str] = []
-    for api_key, handler in sorted(REGISTRY.items()):
-        for version in range(handler.min_version, handler.max_version + 1):
-            body = default_body(api_key, version)
-            for trial in range(TRIALS_PER_VERSION):
-                request = damaged(body, trial, rng)
-                bound = bounds.of(api_key, version, request)
-                waited = Bound(min(bound.seconds, LONGEST_WAIT_S), bound.answer_due, bound.why)
-                with connect(broker.bootstrap) as sock:
-                    outcome, _ = exchange(sock, frame(request_header(api_key, version, 1000 + trial) + request), waited)
-                outcomes[outcome] += 1
-                if outcome in (UNANSWERED, DROPPED):
-                    late.append(f"{api_name(api_key)} v{version} trial {trial}: {outcome} within {waited.seconds:.1f} s "
-                                f"({bound.why}); body {request.hex()}")
+    for template, body_of in TEMPLATES.items():
+        for api_key, handler in sorted(REGISTRY.items()):
+            for version in range(handler.min_version, handler.max_version + 1):
+                body = body_of(api_key, version)
+                for trial in range(TRIALS_PER_VERSION):
+                    request = damaged(body, trial, rng)
+                    bound = bounds.of(api_key, version, request)
+                    with connect(broker.bootstrap) as sock:
+                        header = request_header(api_key, version, 1000 + trial)
+                        outcome, _ = bounded_exchange(sock, frame(header + request), bound)
+                    outcomes[outcome] += 1
+                    if outcome in (UNANSWERED, DROPPED):
+                        late.append(f"{template} {api_name(api_key)} v{version} trial {trial}: {outcome} within "
+                                    f"{bound.seconds:.1f} s ({bound.why}); body {request.hex()}")
     assert not late, "\n".join(late[:20])
-    assert outcomes[ANSWERED] > 200 and outcomes[CLOSED] > 200, outcomes
+    assert outcomes[ANSWERED] > 400 and outcomes[CLOSED] > 400, outcomes
     crashes = [line for line in broker.output().splitlines() if "internal error" in line]
     assert not crashes, "\n".join(crashes[:10])
     assert_client_works(broker.bootstrap, topic_name)

@@ -30,6 +30,7 @@ import random
 import socket
 import struct
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -75,6 +76,49 @@ def default_body(api_key: int, version: int) -> bytes:
     """The request with every field at its schema default (empty arrays, zero timeouts, acks=0)."""
     cls = request_class(api_key)
     return bytes(cls(version=version).encode(version=version))
+
+
+TARGET_TOPIC = "hostile-target"  # what populated requests name: created, altered, deleted at will
+TARGET_GROUP = "hostile-group"
+
+
+@functools.cache
+def populated_body(api_key: int, version: int) -> bytes:
+    """The request with every array holding one element and every field a plausible value (the
+    fuzz target topic and group, partition 0, 100 ms timeouts, a valid record batch), so damage
+    reaches the handler code behind the empty arrays of ``default_body``."""
+    cls = request_class(api_key)
+    return bytes(cls(version=version, **_plausible_fields(cls.fields, "")).encode(version=version))
+
+
+def _plausible_fields(fields: dict, parent: str) -> dict[str, Any]:
+    return {name: _plausible(name, parent, field) for name, field in fields.items() if field._tag is None}
+
+
+def _plausible(name: str, parent: str, field: Any) -> Any:
+    if field.is_struct_array():
+        return [field.data_class(**_plausible_fields(field.fields, name))]
+    if field.is_struct():
+        return field.data_class(**_plausible_fields(field.fields, name))
+    type_name = field._type_str
+    if type_name.startswith("[]"):
+        return [_plausible_scalar(name, parent, type_name[2:])]
+    return _plausible_scalar(name, parent, type_name)
+
+
+def _plausible_scalar(name: str, parent: str, type_name: str) -> Any:
+    if type_name == "string":
+        where = f"{parent}.{name}"  # "topics.name", "group_id"...
+        return TARGET_TOPIC if "topic" in where else TARGET_GROUP if "group" in where else "hostile"
+    if type_name in ("int8", "int16", "int32", "int64"):
+        if name == "session_timeout_ms":
+            return 6000  # group.min.session.timeout.ms: a JoinGroup that joins
+        if "timeout" in name or "wait" in name:
+            return 100
+        return -1 if name == "acks" else 0
+    if type_name == "records":
+        return bytes(record_batch([b"fuzz"]))
+    return {"bool": True, "bytes": b"x", "uuid": uuid.UUID(int=0), "float64": 1.0}[type_name]
 
 
 def damaged(body: bytes, trial: int, rng: random.Random) -> bytes:
@@ -196,6 +240,20 @@ def _read_exactly(sock: socket.socket, count: int, deadline: float) -> bytes | N
 
 
 ANSWERED, NO_ANSWER_DUE, CLOSED, UNANSWERED, DROPPED = "answered", "no-answer-due", "closed", "unanswered", "dropped"
+HELD = "held-within-its-own-bound"
+# A damaged request's fields can allow a wait of days (an int32 of milliseconds): such a request is
+# waited for this long, and if it is still held then, Kafka would hold it too (HELD, not a failure).
+LONGEST_WAIT_S = 60.0
+
+
+def bounded_exchange(sock: socket.socket, request: bytes, bound: Bound) -> tuple[str, list[bytes]]:
+    """``exchange`` waiting at most LONGEST_WAIT_S; UNANSWERED becomes HELD where the request's
+    own bound is longer than that."""
+    waited = Bound(min(bound.seconds, LONGEST_WAIT_S), bound.answer_due, bound.why)
+    outcome, responses = exchange(sock, request, waited)
+    if outcome == UNANSWERED and bound.seconds > LONGEST_WAIT_S:
+        return HELD, responses
+    return outcome, responses
 
 
 def exchange(sock: socket.socket, request: bytes, bound: Bound) -> tuple[str, list[bytes]]:

@@ -86,12 +86,10 @@ class FrameMaker:
     """Frame ``i`` of a run, from Random(seed, i) alone (so any frame can be rebuilt)."""
 
     def __init__(self, seed: int, served: dict[int, tuple[int, int]], bounds: fuzz.Bounds) -> None:
-        from kafkacompat.wire.codec import schema_version_range
-
         self.seed = seed
         self.served = served
         self.pairs = [(key, version) for key, (low, high) in sorted(served.items())
-                      for version in range(low, high + 1) if _encodable(schema_version_range(key), version)]
+                      for version in range(low, high + 1) if fuzz.encodable(key, version)]
         self.unknown_keys = [key for key in range(-5, 200) if key not in served] + [0x7FFF, -0x8000]
         self.bounds = bounds
         self.lock = threading.Lock()
@@ -167,10 +165,6 @@ class FrameMaker:
         header = self._header(0, 7, index, kind)
         return Frame(index, kind, struct.pack(">i", size) + header, HALF_CLOSE,
                      _slack("closed after the client's half-close"))
-
-
-def _encodable(schema_range: tuple[int, int] | None, version: int) -> bool:
-    return schema_range is not None and schema_range[0] <= version <= schema_range[1]
 
 
 def _slack(why: str) -> fuzz.Bound:

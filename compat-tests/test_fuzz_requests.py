@@ -28,9 +28,8 @@ from clients import assert_client_works  # noqa: E402
 from kafkacompat.handlers import REGISTRY  # noqa: E402
 from kafkacompat.testing.fuzz import (  # noqa: E402
     ANSWERED, CLOSED, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound, bounded_exchange, broker_bounds,
-    connect, damaged, default_body, exchange, frame, populated_body, request_header,
+    connect, damaged, default_body, exchange, frame, populated_body, request_class, request_header,
 )
-from kafkacompat.wire.codec import request_class  # noqa: E402
 from kafkacompat.wire.frame import api_name  # noqa: E402
 
 MAX_SESSION_MS = 10_000

@@ -37,7 +37,6 @@ from typing import Any, Callable
 import crc32c
 
 from kafkacompat.wire import records as rb
-from kafkacompat.wire.codec import request_class
 from kafkacompat.wire.frame import API_VERSIONS_KEY, is_flexible
 
 # Time a correct broker needs for a request it does not hold, on a loaded 2-core machine running
@@ -69,6 +68,45 @@ def probe_frame() -> bytes:
 
 
 # ---- damaged request bodies --------------------------------------------------------------
+
+
+@functools.cache
+def _client_classes() -> dict[tuple[int, str], Any]:
+    import importlib
+
+    from kafka.protocol.api_message import ApiMessage
+
+    found: dict[tuple[int, str], Any] = {}
+    for module_name in ("admin", "consumer", "metadata", "producer"):
+        module = importlib.import_module(f"kafka.protocol.{module_name}")
+        for name in getattr(module, "__all__", dir(module)):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
+                found[(cls.API_KEY, cls.type)] = cls
+    return found
+
+
+def request_class(api_key: int) -> Any:
+    """kafka-python's request class: requests are written by a codec independent of the broker's."""
+    return _client_classes()[(api_key, "request")]
+
+
+def response_class(api_key: int) -> Any:
+    return _client_classes()[(api_key, "response")]
+
+
+def encodable(api_key: int, version: int) -> bool:
+    """Whether kafka-python's schema can write this API at this version (its message specs reach
+    below the versions Kafka 4 still accepts, which it calls valid)."""
+    if (api_key, "request") not in _client_classes():
+        return False
+    try:
+        default_body(api_key, version)
+        populated_body(api_key, version)
+    except Exception:  # noqa: BLE001 - whatever the schema raises for a version it lacks
+        return False
+    return True
+
 
 
 @functools.cache
@@ -419,8 +457,6 @@ def produce_body(topic: str, partition: int, batch: bytes, version: int, *, acks
 
 def produce_error(response: bytes, version: int) -> tuple[int, int]:
     """(error code, base offset) of the one partition in a Produce response frame."""
-    from kafkacompat.wire.codec import response_class
-
     body = memoryview(response)[4 + (1 if is_flexible(PRODUCE, version) else 0):]
     (topic,) = response_class(PRODUCE).decode(body, version=version).responses
     (partition,) = topic.partition_responses

@@ -72,6 +72,8 @@ def probe_frame() -> bytes:
 
 @functools.cache
 def _client_classes() -> dict[tuple[int, str], Any]:
+    """kafka-python's schema classes by (api key, kind), looked up here rather than through
+    kafkacompat.wire.codec: the broker's codec must not be the fuzzer's oracle."""
     import importlib
 
     from kafka.protocol.api_message import ApiMessage

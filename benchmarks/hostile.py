@@ -182,6 +182,7 @@ class Tally:
     outcomes: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     unanswered: list[str] = field(default_factory=list)
     unanswered_count: int = 0
+    held: list[str] = field(default_factory=list)
     batch_errors: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
     connect_failures: int = 0
 
@@ -189,6 +190,8 @@ class Tally:
         with self.lock:
             self.sent += 1
             self.outcomes[frame.kind.split(":")[0]][outcome] += 1
+            if outcome == fuzz.HELD and len(self.held) < 20:
+                self.held.append(f"frame {frame.index} {frame.kind}: held {waited_s:.0f} s ({frame.bound.why})")
             if outcome in (fuzz.UNANSWERED, fuzz.DROPPED):
                 self.unanswered_count += 1
                 if len(self.unanswered) < 20:
@@ -265,8 +268,6 @@ def _until_closed(sock: socket.socket, frame: Frame) -> str:
         return fuzz.CLOSED
     except socket.timeout:
         return fuzz.UNANSWERED
-    except struct.error:
-        return fuzz.CLOSED
 
 
 class Bystanders(threading.Thread):
@@ -314,6 +315,7 @@ class SidePair:
         self.acked: set[bytes] = set()
         self.failed = 0
         self.seen: Counter = Counter()
+        self.seen_lock = threading.Lock()  # the consumer thread counts while finish() compares
         self.stop_producing = threading.Event()
         self.stop_consuming = threading.Event()
         self.threads = [threading.Thread(target=self._produce, daemon=True),
@@ -352,7 +354,8 @@ class SidePair:
             while not self.stop_consuming.is_set():
                 msg = consumer.poll(0.2)
                 if msg is not None and msg.error() is None:
-                    self.seen[msg.value()] += 1
+                    with self.seen_lock:
+                        self.seen[msg.value()] += 1
         finally:
             consumer.close()
 
@@ -360,12 +363,16 @@ class SidePair:
         self.stop_producing.set()
         self.threads[0].join(40)
         deadline = time.monotonic() + timeout
-        while not self.acked <= self.seen.keys() and time.monotonic() < deadline:
+        while self._missing() and time.monotonic() < deadline:
             time.sleep(0.2)
         self.stop_consuming.set()
         self.threads[1].join(10)
-        return {"acknowledged": len(self.acked), "delivery_failed": self.failed,
-                "lost": len(self.acked - self.seen.keys()), "duplicates": sum(c - 1 for c in self.seen.values() if c > 1)}
+        return {"acknowledged": len(self.acked), "delivery_failed": self.failed, "lost": self._missing(),
+                "duplicates": sum(count - 1 for count in self.seen.values() if count > 1)}
+
+    def _missing(self) -> int:
+        with self.seen_lock:
+            return len(self.acked - self.seen.keys())
 
 
 def readable_past_damage(bootstrap: str) -> dict[str, dict]:
@@ -520,7 +527,7 @@ def _fuzz(args, bootstrap: str, pid: int | None, log_path: Path | None, broker: 
         "concurrency": args.concurrency, "connections_opened": tally.connections,
         "connect_failures": tally.connect_failures, "crashes": int(crashed),
         "unanswered_past_bound": tally.unanswered_count, "unanswered_examples": tally.unanswered,
-        "held_within_own_bound": sum(c[fuzz.HELD] for c in tally.outcomes.values()),
+        "held_within_own_bound": sum(c[fuzz.HELD] for c in tally.outcomes.values()), "held_examples": tally.held,
         "outcomes_by_kind": {kind: dict(c) for kind, c in sorted(tally.outcomes.items())},
         "damaged_batches": {kind: {"sent": sum(c.values()), "accepted": c.get(0, 0),
                                    "error_codes": {str(k): v for k, v in sorted(c.items(), key=str)}}
@@ -561,6 +568,8 @@ def print_report(report: dict) -> None:
     print(f"{'bystander_probes':24} {report['bystander_probes']}")
     for line in report["unanswered_examples"]:
         print(f"  unanswered: {line}")
+    for line in report["held_examples"]:
+        print(f"  held: {line}")
     print("outcomes by frame kind:")
     for kind, outcomes in report["outcomes_by_kind"].items():
         print(f"  {kind:26} {outcomes}")

@@ -23,12 +23,12 @@ from collections import Counter
 import pytest
 
 pytest.register_assert_rewrite("clients")
-from clients import assert_client_works  # noqa: E402
+from clients import Msg, assert_client_works, confluent_send  # noqa: E402
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
 from kafkacompat.testing.fuzz import (  # noqa: E402
     ANSWERED, CLOSED, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound, bounded_exchange, broker_bounds,
-    connect, damaged, default_body, exchange, frame, populated_body, request_class, request_header,
+    connect, damaged, default_body, exchange, frame, populated_body, request_class, request_header, response_class,
 )
 from kafkacompat.wire.frame import api_name  # noqa: E402
 
@@ -77,3 +77,38 @@ def test_fetch_naming_no_partition_is_answered_without_waiting_its_max_wait(brok
         outcome, responses = exchange(sock, frame(request_header(FETCH, version, 1) + body),
                                       Bound(SLACK_S, True, "a fetch of nothing"))
     assert outcome == ANSWERED and len(responses) == 1
+
+
+NOT_LEADER_OR_FOLLOWER = 6
+DELETE_RECORDS = 21
+
+
+def test_fetch_claiming_the_leaders_own_replica_id_does_not_hold_back_delete_records(broker, topic_name):
+    """A Fetch whose replica id is the leader's own broker id is not a follower's (Kafka's
+    Partition.followerReplicaOrThrow knows only remote replicas: NOT_LEADER_OR_FOLLOWER). The
+    hostile runner found such a fetch (a populated template, replica id 0) recorded as a follower
+    of broker 0 with log start -1, after which a DeleteRecords waited its whole timeout_ms for that
+    phantom follower's low watermark and answered REQUEST_TIMED_OUT."""
+    confluent_send(broker.bootstrap, topic_name, [Msg(b"one"), Msg(b"two")])
+    fetch_cls, delete_cls = request_class(FETCH), request_class(DELETE_RECORDS)
+    partition = fetch_cls.FetchTopic.FetchPartition(partition=0, fetch_offset=0, log_start_offset=-1,
+                                                    partition_max_bytes=1 << 20)
+    fetch = fetch_cls(replica_id=0, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20,
+                      topics=[fetch_cls.FetchTopic(topic=topic_name, partitions=[partition])])
+    deletion = delete_cls(timeout_ms=60_000, topics=[delete_cls.DeleteRecordsTopic(
+        name=topic_name, partitions=[delete_cls.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0,
+                                                                                          offset=1)])])
+    with connect(broker.bootstrap) as sock:
+        outcome, (fetched,) = exchange(sock, frame(request_header(FETCH, 11, 1) + bytes(fetch.encode(version=11))),
+                                       Bound(SLACK_S, True, "a fetch with max_wait_ms 0"))
+        assert outcome == ANSWERED
+        ((fetched_partition,),) = [t.partitions for t in response_class(FETCH).decode(
+            memoryview(fetched)[4:], version=11).responses]
+        assert fetched_partition.error_code == NOT_LEADER_OR_FOLLOWER
+        outcome, (deleted,) = exchange(
+            sock, frame(request_header(DELETE_RECORDS, 1, 2) + bytes(deletion.encode(version=1))),
+            Bound(SLACK_S, True, "one broker: its own log start is the low watermark"))
+    assert outcome == ANSWERED
+    ((deleted_partition,),) = [t.partitions for t in response_class(DELETE_RECORDS).decode(
+        memoryview(deleted)[4:], version=1).topics]
+    assert (deleted_partition.error_code, deleted_partition.low_watermark) == (0, 1)

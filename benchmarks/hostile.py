@@ -502,7 +502,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def _fuzz(args, bootstrap: str, pid: int | None, log_path: Path | None, broker: BrokerProcess | None) -> dict:
     create_topics(bootstrap)
-    bounds = fuzz.broker_bounds(initial_delay_ms=0, max_session_ms=MAX_SESSION_MS)
+    bounds = fuzz.broker_bounds(single_broker=not args.cluster, initial_delay_ms=0, max_session_ms=MAX_SESSION_MS)
     maker = FrameMaker(args.seed, fuzz.served_versions(bootstrap), bounds)
     stop = threading.Event()
     tally = Tally()
@@ -593,6 +593,8 @@ def main() -> None:
     parser.add_argument("--bootstrap", help="fuzz this broker instead of starting one")
     parser.add_argument("--broker-pid", type=int, help="with --bootstrap: its process, for RSS and crash checks")
     parser.add_argument("--broker-log", type=Path, help="with --bootstrap: its log, for tracebacks")
+    parser.add_argument("--cluster", action="store_true",
+                        help="with --bootstrap: the broker has followers (Produce and DeleteRecords may wait)")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop sending after this long")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--show-frame", type=int, metavar="I", help="print frame I's kind and bytes and exit")

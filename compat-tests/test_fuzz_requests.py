@@ -7,7 +7,8 @@ No request may go unanswered without limit. Each one is followed on its connecti
 ApiVersions v0 probe, and by the request's bound (kafkacompat/testing/fuzz.py: the wait its own
 timeout fields allow a Kafka broker, plus a 5 s slack) the broker must have answered both, or
 answered the probe alone where Kafka sends no response (Produce acks=0), or closed the
-connection. The broker runs with group.initial.rebalance.delay.ms=0 and
+connection. The broker is alone, so Produce acks=-1 and DeleteRecords have no follower to wait
+for and get the slack alone, whatever their timeout_ms. The broker runs with group.initial.rebalance.delay.ms=0 and
 group.max.session.timeout.ms=10000, so a damaged JoinGroup that happens to carry a valid session
 timeout can hold a join (its own or a later one in the same group) for at most 10 s, not the
 30 minutes Kafka's default allows. A request whose own fields allow more than a minute (a
@@ -27,8 +28,9 @@ from clients import Msg, assert_client_works, confluent_send  # noqa: E402
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
 from kafkacompat.testing.fuzz import (  # noqa: E402
-    ANSWERED, CLOSED, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound, bounded_exchange, broker_bounds,
-    connect, damaged, default_body, exchange, frame, populated_body, request_class, request_header, response_class,
+    ANSWERED, CLOSED, DELETE_RECORDS, DROPPED, FETCH, SLACK_S, TRIALS_PER_VERSION, UNANSWERED, Bound,
+    bounded_exchange, broker_bounds, connect, damaged, default_body, exchange, frame, populated_body, request_class,
+    request_header, response_class,
 )
 from kafkacompat.wire.frame import api_name  # noqa: E402
 
@@ -42,7 +44,7 @@ def test_damaged_requests_of_every_api_are_answered_or_closed_within_their_bound
     so the damage also reaches the handler code behind the arrays."""
     broker = broker_factory("--set", "group.initial.rebalance.delay.ms=0",
                             "--set", f"group.max.session.timeout.ms={MAX_SESSION_MS}")
-    bounds = broker_bounds(initial_delay_ms=0, max_session_ms=MAX_SESSION_MS)
+    bounds = broker_bounds(single_broker=True, initial_delay_ms=0, max_session_ms=MAX_SESSION_MS)
     rng = random.Random(20261201)
     outcomes: Counter[str] = Counter()
     late: list[str] = []
@@ -80,7 +82,6 @@ def test_fetch_naming_no_partition_is_answered_without_waiting_its_max_wait(brok
 
 
 NOT_LEADER_OR_FOLLOWER = 6
-DELETE_RECORDS = 21
 
 
 def test_fetch_claiming_the_leaders_own_replica_id_does_not_hold_back_delete_records(broker, topic_name):

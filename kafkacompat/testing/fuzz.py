@@ -46,7 +46,7 @@ SLACK_S = 5.0
 PROBE_CORRELATION_ID = 0x7E57
 TRIALS_PER_VERSION = 12
 
-PRODUCE, FETCH, JOIN_GROUP, SYNC_GROUP = 0, 1, 11, 14
+PRODUCE, FETCH, JOIN_GROUP, SYNC_GROUP, DELETE_RECORDS = 0, 1, 11, 14, 21
 TIMEOUT_APIS = {19: "CreateTopics", 20: "DeleteTopics", 21: "DeleteRecords", 37: "CreatePartitions",
                 43: "ElectLeaders"}
 
@@ -195,9 +195,11 @@ class Bounds:
     ``min_session_ms``/``max_session_ms`` are the broker's group.min/max.session.timeout.ms: a
     JoinGroup outside them is refused at once (INVALID_SESSION_TIMEOUT) and joins nothing.
     ``initial_delay_ms`` is group.initial.rebalance.delay.ms (Kafka caps it at the rebalance
-    timeout, InitialDelayedJoin)."""
+    timeout, InitialDelayedJoin). On a ``single_broker`` a leader has no follower to wait for, so
+    Produce acks=-1 and DeleteRecords are answered at once whatever their timeout_ms."""
 
     decode: Callable[[int, int, memoryview], Any]
+    single_broker: bool = False
     min_session_ms: int = 6000
     max_session_ms: int = 1_800_000
     initial_delay_ms: int = 3000
@@ -214,6 +216,8 @@ class Bounds:
         if api_key == PRODUCE:
             if request.acks == 0:
                 return Bound(SLACK_S, False, "acks=0: no answer; the request behind it is answered")
+            if self.single_broker:
+                return Bound(SLACK_S, True, "Produce on one broker: no follower to wait for")
             return self._waits(request.timeout_ms, "Produce timeout_ms")
         if api_key == FETCH:
             if not any(topic.partitions for topic in request.topics):
@@ -224,6 +228,8 @@ class Bounds:
             return self._waits(self.longest_group_wait_ms, "the group's rebalance/session timeouts")
         if api_key == SYNC_GROUP:
             return self._waits(self.longest_group_wait_ms, "the group's rebalance timeout")
+        if api_key == DELETE_RECORDS and self.single_broker:
+            return Bound(SLACK_S, True, "DeleteRecords on one broker: its own log start is the low watermark")
         if api_key in TIMEOUT_APIS:
             return self._waits(request.timeout_ms, f"{TIMEOUT_APIS[api_key]} timeout_ms")
         return Bound(SLACK_S, True, "answered when handled")
@@ -242,11 +248,11 @@ class Bounds:
         return Bound(max(timeout_ms, 0) / 1000 + SLACK_S, True, f"{why} {timeout_ms} ms + slack")
 
 
-def broker_bounds(**group_config: int) -> Bounds:
+def broker_bounds(**config: Any) -> Bounds:
     """Bounds judged with the broker's own request decoders (what it sees is what it holds)."""
     from kafkacompat.handlers import REGISTRY
 
-    return Bounds(lambda api_key, version, body: REGISTRY[api_key].decode(version, body), **group_config)
+    return Bounds(lambda api_key, version, body: REGISTRY[api_key].decode(version, body), **config)
 
 
 # ---- one exchange over a raw socket -------------------------------------------------------

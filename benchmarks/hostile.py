@@ -43,8 +43,10 @@ import itertools
 import json
 import random
 import re
+import shutil
 import socket
 import struct
+import sys
 import tempfile
 import threading
 import time
@@ -484,7 +486,7 @@ def create_topics(bootstrap: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    broker = None
+    broker, workdir = None, None
     if args.bootstrap:
         bootstrap, pid, log_path = args.bootstrap, args.broker_pid, args.broker_log
     else:
@@ -498,6 +500,11 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         if broker is not None:
             broker.kill()
+        if workdir is not None:
+            if args.keep:
+                print(f"broker data dir and log kept in {workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _fuzz(args, bootstrap: str, pid: int | None, log_path: Path | None, broker: BrokerProcess | None) -> dict:
@@ -597,6 +604,7 @@ def main() -> None:
                         help="with --bootstrap: the broker has followers (Produce and DeleteRecords may wait)")
     parser.add_argument("--max-seconds", type=float, default=3600.0, help="stop sending after this long")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the started broker's data dir and log")
     parser.add_argument("--show-frame", type=int, metavar="I", help="print frame I's kind and bytes and exit")
     args = parser.parse_args()
     if args.show_frame is not None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from dataclasses import dataclass
 
 import pytest
 
@@ -43,7 +44,8 @@ from cluster import ZooKeeperCluster  # noqa: E402
 from clients import RawConnection  # noqa: E402
 from netns import Network, netns_available  # noqa: E402
 from test_replication_failover import (  # noqa: E402
-    BROKERS, ContinuousProducer, assert_acknowledged_messages_are_there, partition_log_bytes, set_args,
+    BROKERS, ContinuousProducer, assert_acknowledged_messages_are_there, deadline_loop, partition_log_bytes,
+    set_args,
 )
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
@@ -79,15 +81,39 @@ def create_topic(bootstrap: str, name: str, replicas: list[int]) -> None:
     admin.create_topics([topic], operation_timeout=20)[name].result(timeout=30)
 
 
-def partition_state(md, topic: str):
-    if topic not in md.topics or md.topics[topic].error or 0 not in md.topics[topic].partitions:
-        return None
-    return md.topics[topic].partitions[0]
+@dataclass(frozen=True)
+class View:
+    """What one broker believes: live brokers, controller, and partition 0's leader and ISR."""
+    brokers: frozenset[int]
+    controller: int
+    leader: int
+    isr: frozenset[int]
 
 
-def led_by(md, topic: str, leader: int, isr: set[int]) -> bool:
-    state = partition_state(md, topic)
-    return state is not None and state.leader == leader and set(state.isrs) == isr
+def own_view(cluster: ZooKeeperCluster, broker_id: int, topic: str) -> View:
+    """One broker's own metadata, from a Metadata request on a socket of its own (a client library
+    may ask whichever broker it likes, even through a bootstrap naming one)."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                              allow_auto_topic_creation=False)
+    with RawConnection(cluster.brokers[broker_id].bootstrap) as conn:
+        response = conn.call(request, MetadataResponse, 9)
+    (answer,) = response.topics
+    (partition,) = answer.partitions
+    return View(frozenset(b.node_id for b in response.brokers), response.controller_id, partition.leader_id,
+                frozenset(partition.isr_nodes))
+
+
+def wait_for_view(cluster: ZooKeeperCluster, broker_id: int, topic: str, predicate, what: str,
+                  timeout: float = 30) -> View:
+    for _ in deadline_loop(timeout, f"broker {broker_id} to see {what}", interval=0.2):
+        try:
+            view = own_view(cluster, broker_id, topic)
+        except (OSError, ValueError):  # a broker starting, or the topic not there yet
+            continue
+        if predicate(view):
+            return view
 
 
 def probe_produce(bootstrap: str, topic: str, value: bytes, *, timeout_ms: int) -> int:
@@ -149,24 +175,25 @@ def test_leader_cut_off_from_zookeeper_is_replaced_and_truncates_after_healing(t
         followers = [b for b in BROKERS if b != old]
         create_topic(cluster.bootstrap, topic_name, [old, *followers])
         for b in BROKERS:
-            cluster.wait_for(lambda md: led_by(md, topic_name, old, set(BROKERS)), broker_id=b)
+            wait_for_view(cluster, b, topic_name, lambda view: view.leader == old and view.isr == set(BROKERS)
+                          and view.controller == controller, f"leader {old} with the ISR {BROKERS}")
 
         with ContinuousProducer(cluster.bootstrap, topic_name, 1, **PRODUCER) as producer:
             producer.wait_for_new_acks(0, count=20)
             cluster.network.cut(cluster.hosts[old], cluster.zookeeper_host)
 
             # Its session expires; a follower takes over (and the controller role, if it had it).
-            md = cluster.wait_for(lambda md: old not in md.brokers and md.controller_id in followers
-                                  and partition_state(md, topic_name).leader in followers,
-                                  broker_id=followers[0], timeout=60)
-            new = partition_state(md, topic_name).leader
+            elected = wait_for_view(cluster, followers[0], topic_name, lambda view: old not in view.brokers
+                                    and view.controller in followers and view.leader in followers,
+                                    f"broker {old} gone and a new leader", timeout=60)
+            new = elected.leader
             for b in followers:  # both have applied it: the new leader leads, the other follows it
-                cluster.wait_for(lambda md: partition_state(md, topic_name).leader == new, broker_id=b)
+                wait_for_view(cluster, b, topic_name, lambda view: view.leader == new, f"leader {new}")
             # The old leader has heard nothing of it.
-            stale = cluster.metadata(old)
-            assert partition_state(stale, topic_name).leader == old and len(stale.brokers) == 3
+            stale = own_view(cluster, old, topic_name)
+            assert stale.leader == old and stale.brokers == set(BROKERS)
             if leader_is_controller:
-                assert stale.controller_id == old
+                assert stale.controller == old
 
             # It takes the write, but can never commit it: its followers fetch from the new leader,
             # and it cannot write a smaller ISR without ZooKeeper.
@@ -184,10 +211,11 @@ def test_leader_cut_off_from_zookeeper_is_replaced_and_truncates_after_healing(t
             cluster.network.heal(cluster.hosts[old], cluster.zookeeper_host)
 
             # The old leader hears, follows, truncates its stale epoch and rejoins the ISR.
-            cluster.wait_for(lambda md: len(md.brokers) == 3 and led_by(md, topic_name, new, set(BROKERS)),
-                             broker_id=old, timeout=90)
+            healed = wait_for_view(cluster, old, topic_name, lambda view: view.brokers == set(BROKERS)
+                                   and view.leader == new and view.isr == set(BROKERS),
+                                   f"leader {new} with the ISR {BROKERS}", timeout=90)
             if leader_is_controller:
-                assert cluster.metadata(old).controller_id in followers
+                assert healed.controller in followers
             producer.wait_for_new_acks(0, count=10, timeout=60)
         assert not producer.failed and not during.failed, (producer.failed + during.failed)[:5]
         assert_acknowledged_messages_are_there(cluster.bootstrap, topic_name, merged(producer.acked, during.acked))
@@ -205,7 +233,8 @@ def test_leader_cut_off_from_its_followers_stops_acknowledging_and_they_rejoin_a
         cluster.wait_for(lambda md: len(md.brokers) == 3 and md.controller_id in BROKERS)
         leader, *followers = BROKERS
         create_topic(cluster.bootstrap, topic_name, BROKERS)
-        cluster.wait_for(lambda md: led_by(md, topic_name, leader, set(BROKERS)), broker_id=leader)
+        wait_for_view(cluster, leader, topic_name, lambda view: view.leader == leader and view.isr == set(BROKERS),
+                      f"the ISR {BROKERS}")
 
         with ContinuousProducer(cluster.bootstrap, topic_name, 1, **PRODUCER) as producer:
             producer.wait_for_new_acks(0, count=20)
@@ -221,7 +250,8 @@ def test_leader_cut_off_from_its_followers_stops_acknowledging_and_they_rejoin_a
             sender.start()
 
             # Within replica.lag.time.max.ms the ISR is the leader alone (it still reaches ZooKeeper).
-            cluster.wait_for(lambda md: led_by(md, topic_name, leader, {leader}), broker_id=leader, timeout=30)
+            wait_for_view(cluster, leader, topic_name, lambda view: view.leader == leader and view.isr == {leader},
+                          "an ISR of itself alone")
             sender.join(60)
             assert early and early[0] in (NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_ENOUGH_REPLICAS), early
             assert probe_produce(cluster.brokers[leader].bootstrap, topic_name, b"probe-after-the-shrink",
@@ -238,7 +268,8 @@ def test_leader_cut_off_from_its_followers_stops_acknowledging_and_they_rejoin_a
             for b in followers:
                 cluster.network.heal(cluster.hosts[leader], cluster.hosts[b])
             # The followers catch up and rejoin; the waiting writes are acknowledged.
-            cluster.wait_for(lambda md: led_by(md, topic_name, leader, set(BROKERS)), broker_id=leader, timeout=60)
+            wait_for_view(cluster, leader, topic_name, lambda view: view.isr == set(BROKERS), f"the ISR {BROKERS}",
+                          timeout=60)
             producer.wait_for_new_acks(0, count=20, timeout=60)
         assert not producer.failed, producer.failed[:5]
         assert_acknowledged_messages_are_there(cluster.bootstrap, topic_name, producer.acked)

@@ -5,6 +5,12 @@ server can ``recv_into`` it without an extra copy) and takes complete frames out
 its own bytearray, so the Produce path can patch record batches in place and keep them past the
 next read. The claimed size is checked against socket.request.max.bytes before anything is
 allocated, and large frames grow as their bytes arrive, so a lying length costs nothing.
+
+The decoder's own buffer is small (4 KiB: what an idle connection costs): it holds small frames,
+several at once when a client pipelines them. A frame that does not fit is read straight into a
+buffer of its own (the frame itself, no copy after it is complete), which the decoder lets go of
+when it hands the frame out: the memory a connection holds for reading grows for a large frame
+and shrinks back after it.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 
 _INT32 = struct.Struct(">i")
 _REQUEST_HEADER_V1 = struct.Struct(">hhih")  # api key, version, correlation id, client id length
-_INITIAL_BUFFER = 64 * 1024
+_INITIAL_BUFFER = 4 * 1024
 _LARGE_FRAME_CHUNK = 1024 * 1024
 API_VERSIONS_KEY = 18
 
@@ -164,6 +170,12 @@ class FrameDecoder:
             self._large_filled += count
         else:
             self._end += count
+
+    def close(self) -> None:
+        """Let go of the buffers now (a closed connection's memory is returned right away)."""
+        self._buf = bytearray()
+        self._large = None
+        self._start = self._end = 0
 
     def has_partial_frame(self) -> bool:
         return self._large is not None or self._end > self._start

@@ -71,7 +71,7 @@ def probe_frame() -> bytes:
 
 
 @functools.cache
-def _client_classes() -> dict[tuple[int, str], Any]:
+def kafka_python_classes() -> dict[tuple[int, str], Any]:
     """kafka-python's schema classes by (api key, kind), looked up here rather than through
     kafkacompat.wire.codec: the broker's codec must not be the fuzzer's oracle."""
     import importlib
@@ -90,17 +90,17 @@ def _client_classes() -> dict[tuple[int, str], Any]:
 
 def request_class(api_key: int) -> Any:
     """kafka-python's request class: requests are written by a codec independent of the broker's."""
-    return _client_classes()[(api_key, "request")]
+    return kafka_python_classes()[(api_key, "request")]
 
 
 def response_class(api_key: int) -> Any:
-    return _client_classes()[(api_key, "response")]
+    return kafka_python_classes()[(api_key, "response")]
 
 
 def encodable(api_key: int, version: int) -> bool:
     """Whether kafka-python's schema can write this API at this version (its message specs reach
     below the versions Kafka 4 still accepts, which it calls valid)."""
-    if (api_key, "request") not in _client_classes():
+    if (api_key, "request") not in kafka_python_classes():
         return False
     try:
         default_body(api_key, version)

@@ -21,18 +21,16 @@ enum {
     TRAILING_BYTES = 9,
 };
 
-/* Reads a zigzag varint of at most max_bytes bytes from p[*pos], never at or past end.
- * Returns OK, RECORD_TRUNCATED (ran into end) or BAD_VARINT (too long). */
-static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int bits,
-                              int64_t *out)
+static inline int64_t unzigzag32(uint32_t raw)
+{
+    return (int64_t)(int32_t)((raw >> 1) ^ (uint32_t)-(int32_t)(raw & 1));
+}
+
+/* The general case of read_varint: 3 bytes and more, or near the end. */
+static int read_varint_slow(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int bits,
+                            int64_t *out)
 {
     Py_ssize_t at = *pos;
-    if (at < end && p[at] < 0x80) { /* one byte: almost every length and delta */
-        uint32_t raw = p[at];
-        *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
-        *pos = at + 1;
-        return OK;
-    }
     uint64_t result = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes; i++) {
@@ -41,18 +39,40 @@ static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end,
         uint8_t byte = p[at++];
         result |= (uint64_t)(byte & 0x7F) << shift;
         if (!(byte & 0x80)) {
-            if (bits == 32) {
-                uint32_t raw = (uint32_t)result;
-                *out = (int64_t)(int32_t)((raw >> 1) ^ (uint32_t)-(int32_t)(raw & 1));
-            } else {
+            if (bits == 32)
+                *out = unzigzag32((uint32_t)result);
+            else
                 *out = (int64_t)((result >> 1) ^ (uint64_t)-(int64_t)(result & 1));
-            }
             *pos = at;
             return OK;
         }
         shift += 7;
     }
     return BAD_VARINT;
+}
+
+/* Reads a zigzag varint of at most max_bytes bytes (5: int, 10: long) from p[*pos], never at or
+ * past end. Returns OK, RECORD_TRUNCATED (ran into end) or BAD_VARINT (too long). One- and
+ * two-byte values (every delta, and lengths up to 8 KiB) take the inline paths. */
+static inline int read_varint(const uint8_t *p, Py_ssize_t *pos, Py_ssize_t end, int max_bytes, int bits,
+                              int64_t *out)
+{
+    Py_ssize_t at = *pos;
+    if (at < end) {
+        uint32_t first = p[at];
+        if (first < 0x80) {
+            *out = unzigzag32(first);
+            *pos = at + 1;
+            return OK;
+        }
+        uint32_t second = end - at >= 2 ? p[at + 1] : 0x80;
+        if (second < 0x80) {
+            *out = unzigzag32((first & 0x7F) | (second << 7));
+            *pos = at + 2;
+            return OK;
+        }
+    }
+    return read_varint_slow(p, pos, end, max_bytes, bits, out);
 }
 
 static PyObject *result(int kind, Py_ssize_t index, int64_t a, int64_t b)

@@ -288,3 +288,57 @@ def test_struct_layout_of_the_handmade_batches_matches_kafka_python():
     batch = records.next_batch()
     assert batch.validate_crc() and [r.value for r in batch] == [b"value-%d" % i for i in range(4)]
     assert struct.unpack_from(">i", dmg.sound(1), 57)[0] == 1
+
+
+# ---- legacy magic 0/1 message sets (Produce v0-v2) --------------------------------------------
+
+
+def legacy_wrapper(inner: bytes, codec: int = 1) -> bytes:
+    """A magic-1 message whose value is ``inner`` (a message set) compressed with ``codec``."""
+    import zlib
+
+    from kafkacompat.wire.records import compress
+
+    value = compress(codec, inner)
+    body = struct.pack(">bbqi", 1, codec, 1_700_000_000_000, -1) + struct.pack(">i", len(value)) + value
+    crc = zlib.crc32(body)
+    return struct.pack(">qiI", 0, 4 + len(body), crc) + body
+
+
+def legacy_inner(count: int) -> bytearray:
+    from kafka.record.legacy_records import LegacyRecordBatchBuilder
+
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(count):
+        builder.append(i, timestamp=1_700_000_000_000, key=b"k", value=b"inner-%d" % i)
+    return bytearray(builder.build())
+
+
+def test_a_sound_compressed_legacy_set_is_upconverted():
+    from kafkacompat.wire.legacy import upconvert
+
+    converted = upconvert(memoryview(bytearray(legacy_wrapper(bytes(legacy_inner(3))))))
+    (header,) = validate_batches(converted, 1 << 20)
+    assert header.records_count == 3
+    validate_client_batch(converted, header, PARTITION, log_append_time_topic=False)
+
+
+def test_an_inner_legacy_message_with_a_bad_crc_is_corrupt_message():
+    """Kafka's LogValidator checks the CRC of every message inside a compressed legacy wrapper."""
+    from kafkacompat.wire.legacy import upconvert
+
+    inner = legacy_inner(3)
+    inner[-1] ^= 0xFF  # the last inner value: its own CRC no longer matches; the wrapper's is recomputed
+    with pytest.raises(KafkaError) as refused:
+        upconvert(memoryview(bytearray(legacy_wrapper(bytes(inner)))))
+    assert refused.value.code == ErrorCode.CORRUPT_MESSAGE and "CRC" in refused.value.message
+
+
+@pytest.mark.parametrize("codec", [1, 2, 3])
+def test_a_compressed_legacy_bomb_is_refused_before_kafka_python_inflates_it(monkeypatch, codec):
+    from kafkacompat.wire.legacy import upconvert
+
+    monkeypatch.setattr(validation, "MAX_DECOMPRESSED_BYTES", 1 << 20)
+    with pytest.raises(KafkaError) as refused:
+        upconvert(memoryview(bytearray(legacy_wrapper(bytes(2 << 20), codec))))
+    assert refused.value.code == ErrorCode.INVALID_RECORD and "decompresses to more than" in refused.value.message

@@ -534,6 +534,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly."""
     from kafkacompat.server import serve_listener
 
+    broker.config.warn_about_settings_without_effect()
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
@@ -543,6 +544,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             if broker.clustered:
                 await nursery.start(_join_cluster, broker)
             nursery.start_soon(broker.run_housekeeping)
+            nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
             broker.start_replication(nursery)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)

@@ -284,7 +284,7 @@ def records_section(records: memoryview, header: BatchHeader, partition: str) ->
     except Exception as error:  # noqa: BLE001 - each codec library raises its own errors
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                          f"Failed to decompress the {CODEC_NAMES[codec]} record batch for topic partition "
-                         f"{partition}: {error or type(error).__name__}") from None
+                         f"{partition}: {str(error) or type(error).__name__}") from None
 
 
 CODEC_NAMES = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}

@@ -48,8 +48,8 @@ _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version
 
 
 def _import_handlers() -> tuple:
-    """The handler registry, imported at the first request (kafka-python's schemas stay off the
-    start-up path) and kept: an import statement costs ~1.5 us on every request."""
+    """The handler registry, imported at the first request (the handlers and their codecs stay off
+    the start-up path) and kept: an import statement costs ~1.5 us on every request."""
     global _HANDLERS
     from kafkacompat.handlers import REGISTRY, RequestContext
     from kafkacompat.handlers.api_versions import unsupported_version_response

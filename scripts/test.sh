@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
-# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama from Debian, a Python venv with the
-# test extras, kafkajs from npm), then runs pytest. Extra arguments go to pytest.
+# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, iproute2 and nftables from Debian, a
+# Python venv with the test extras, kafkajs from npm), then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,10 +14,14 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 # ZooKeeper (and a JRE to run it) for the replicated-cluster tests.
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
-# Go and Sarama's sources (GOPATH build; gcc for cgo, which Sarama's zstd codec needs) for the Sarama tests.
+# Go and Sarama's sources (GOPATH build; gcc for cgo, which Sarama's zstd codec needs) for the Sarama tests;
+# gcc also builds kafkacompat's C accelerator (kafkacompat/wire/_validate.c) at pip install.
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 [ -e /usr/share/gocode/src/github.com/Shopify/sarama/sarama.go ] || missing+=(golang-github-shopify-sarama-dev)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+# iproute2 and nftables for the network-partition tests (hosts in network namespaces, run as root).
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v nft >/dev/null 2>&1 || missing+=(nftables)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq

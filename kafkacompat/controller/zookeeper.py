@@ -44,6 +44,15 @@ def _translate(exc: Exception) -> Exception:
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 
+def _reconnect_policy():
+    """Reconnect forever, at most about a second apart, as ZooKeeper's Java client (Kafka's) does.
+    kazoo's default doubles its delay up to an hour, so a broker cut off from ZooKeeper for a
+    few minutes would stay away for minutes more after the network healed."""
+    from kazoo.retry import KazooRetry
+
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
 class ZooKeeperStore(MetadataStore):
     def __init__(self, connect: str, *, session_timeout_ms: int = 18000,
                  connection_timeout_ms: int | None = None) -> None:
@@ -63,7 +72,8 @@ class ZooKeeperStore(MetadataStore):
         if chroot:
             # Create the chroot with a client outside it, as Kafka's ZooKeeper client does.
             await trio.to_thread.run_sync(self._ensure_chroot, hosts, "/" + chroot)
-        self.client = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000)
+        self.client = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000,
+                                  connection_retry=_reconnect_policy())
         self.client.add_listener(self._state_changed)
         try:
             await trio.to_thread.run_sync(lambda: self.client.start(timeout=self.connection_timeout_ms / 1000))

@@ -353,13 +353,14 @@ class Broker:
             return sorted(self.cluster.cache.brokers)
         return [self.node_id]
 
-    def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
+    async def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
         """Replace a topic's config overrides (validated by the caller), persist them, and apply
-        them to its partitions' logs at once."""
+        them to its partitions' logs at once. In a cluster the store is written first: when that
+        fails the caller gets the KafkaError and nothing changes."""
+        if self.cluster is not None:
+            await self.cluster.alter_topic_configs(topic.name, dict(configs))
         topic.configs = dict(configs)
         self.topics.update(topic)
-        if self.cluster is not None and self._nursery is not None:
-            self._nursery.start_soon(self.cluster.alter_topic_configs, topic.name, dict(configs))
         config = self.log_config(topic)
         min_isr = self._min_insync_replicas(topic)
         for index in range(topic.partitions):
@@ -418,6 +419,8 @@ class Broker:
             state = await self.controller_client.alter_partition(
                 partition.topic, partition.index, partition.leader_epoch, partition.partition_epoch, new_isr
             )
+            if state is not None:
+                await self.apply_partition_state(state)
         except KafkaError as exc:
             log.info("%s: ISR change to %s refused: %s", partition, new_isr, exc)
         except Exception:
@@ -425,8 +428,6 @@ class Broker:
         finally:
             if partition.pending_isr == new_isr:
                 partition.pending_isr = None
-        if state is not None:
-            await self.apply_partition_state(state)
 
     def check_isr(self) -> None:
         """Propose dropping followers that have not caught up for replica.lag.time.max.ms."""
@@ -588,12 +589,19 @@ async def _join_cluster(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED)
 
 
 async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> None:
-    """Controlled shutdown first (leaders move away) when in a cluster, then stop."""
-    if broker.cluster is not None and broker.config.controlled_shutdown_enable:
+    """Controlled shutdown first (leaders move away) when in a cluster, with Kafka's bounded
+    retries (controlled.shutdown.max.retries, .retry.backoff.ms; each attempt at most
+    controller.socket.timeout.ms), then stop: logs are flushed and checkpointed either way."""
+    config = broker.config
+    if broker.cluster is not None and config.controlled_shutdown_enable:
         try:
-            await broker.cluster.controlled_shutdown(timeout=30)
+            await broker.cluster.controlled_shutdown(
+                max_retries=config.controlled_shutdown_max_retries,
+                retry_backoff=max(config.controlled_shutdown_retry_backoff_ms, 0) / 1000,
+                timeout=max(config.controller_socket_timeout_ms, 0) / 1000,
+            )
         except Exception:
-            log.exception("Controlled shutdown failed; stopping anyway")
+            log.exception("Controlled shutdown of broker %d failed; stopping anyway", broker.node_id)
     cancel_scope.cancel()
 
 
@@ -607,6 +615,8 @@ async def _serve_until_signalled(config: "BrokerConfig") -> None:
                 nursery.start_soon(shutdown_broker, broker, nursery.cancel_scope)
                 break
             async for signum in signals:  # a second signal: stop at once
+                log.info("Received %s again; stopping now, without waiting for the controlled shutdown",
+                         signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
 

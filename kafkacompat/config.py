@@ -375,6 +375,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             at_least(1), dynamic=True),
     _broker("background.threads", _INT, "10", HIGH, "Threads for background tasks.", at_least(1), dynamic=True),
     _broker("controlled.shutdown.enable", _BOOL, "true", MEDIUM, "Enable controlled shutdown of the server."),
+    _broker("controlled.shutdown.max.retries", _INT, "3", MEDIUM,
+            "Attempts at a controlled shutdown before the broker shuts down without it."),
+    _broker("controlled.shutdown.retry.backoff.ms", _LONG, "5000", MEDIUM,
+            "Time to wait between controlled shutdown attempts."),
     # --- topics ---
     _broker("num.partitions", _INT, "1", MEDIUM, "The default number of log partitions per topic.", at_least(1)),
     _broker("default.replication.factor", _INT, "1", MEDIUM,
@@ -952,6 +956,8 @@ class BrokerConfig:
     max_connections_per_ip: int = 2147483647
     request_timeout_ms: int = 30000
     controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5000
     # topics
     num_partitions: int = 1
     default_replication_factor: int = 1

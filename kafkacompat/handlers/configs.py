@@ -328,7 +328,8 @@ def _apply_operation(overrides: dict[str, str], config) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
 
 
-def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str], validate_only: bool) -> None:
+async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str],
+                                validate_only: bool) -> None:
     """Validate the topic's complete new overrides, check it exists, then persist and apply them."""
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")
@@ -341,7 +342,7 @@ def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[st
     if topic is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.")
     if not validate_only:
-        ctx.broker.alter_topic_configs(topic, validated)
+        await ctx.broker.alter_topic_configs(topic, validated)
         log.info("Topic %s configs are now %s", name, validated or "the broker defaults")
 
 
@@ -409,7 +410,7 @@ def _check_logger_change(config) -> None:
         )
 
 
-def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
+async def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=True)
     if resource.resource_type == BROKER_LOGGER:
@@ -420,25 +421,25 @@ def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> 
         overrides = _current_overrides(ctx, resource.resource_name)
         for config in resource.configs:
             _apply_operation(overrides, config)
-        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+        await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
 
-def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -> None:
+async def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=False)
     if resource.resource_type == BROKER:
         _refuse_broker_change(ctx, resource)
     elif resource.resource_type == TOPIC:
         overrides = {config.name: config.value for config in resource.configs}
-        _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+        await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     else:
         # Legacy AlterConfigs never supported BROKER_LOGGER (KIP-412).
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
 
-def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
+async def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
     result_cls = response_class(api_key).AlterConfigsResourceResponse
     seen: dict[tuple[int, str], int] = {}
     for resource in request.resources:
@@ -450,7 +451,7 @@ def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
         try:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
-            alter(ctx, resource, bool(request.validate_only))
+            await alter(ctx, resource, bool(request.validate_only))
         except KafkaError as exc:
             code, message = exc.code, exc.message
             log.info("%s on %s %r: %s (%s)", "AlterConfigs" if api_key == ALTER_CONFIGS else "IncrementalAlterConfigs",
@@ -463,11 +464,11 @@ def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> list:
 
 @handles(INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def handle_incremental_alter_configs(request, ctx: RequestContext):
-    results = _alter_results(ctx, request, INCREMENTAL_ALTER_CONFIGS, _alter_incrementally)
+    results = await _alter_results(ctx, request, INCREMENTAL_ALTER_CONFIGS, _alter_incrementally)
     return response_for(INCREMENTAL_ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)
 
 
 @handles(ALTER_CONFIGS, 0, 2)
 async def handle_alter_configs(request, ctx: RequestContext):
-    results = _alter_results(ctx, request, ALTER_CONFIGS, _alter_replacing)
+    results = await _alter_results(ctx, request, ALTER_CONFIGS, _alter_replacing)
     return response_for(ALTER_CONFIGS, ctx, throttle_time_ms=0, responses=results)

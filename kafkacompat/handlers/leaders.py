@@ -16,7 +16,7 @@ import os
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 DESCRIBE_LOG_DIRS = 35
 ELECT_LEADERS = 43
@@ -59,7 +59,11 @@ async def handle_elect_leaders(request, ctx: RequestContext):
     if cluster is None:
         results = await _elect_single_node(ctx, election_type, wanted)
     else:
-        results = await cluster.elect_leaders(election_type, wanted)
+        try:
+            results = await cluster.elect_leaders(election_type, wanted)
+        except KafkaError as exc:  # the metadata store unreachable, or failing
+            return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=exc.code,
+                                replica_election_results=[])
     by_topic: dict[str, list] = {}
     for (topic, index), (code, message) in results.items():
         if wanted is None and code == ErrorCode.ELECTION_NOT_NEEDED:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 
+from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
@@ -59,7 +60,7 @@ async def handle_init_producer_id(request, ctx: RequestContext):
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
         producer_id = await ctx.broker.producer_ids.generate()
-    except OSError as error:
+    except (OSError, StoreError, ValueError) as error:
         log.error("Could not allocate a producer id block: %s; idempotent producers will retry", error)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     log.debug("Producer id %d (epoch 0) for client %s", producer_id, ctx.client_id)

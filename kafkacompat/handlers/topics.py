@@ -185,8 +185,12 @@ async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
     cluster = getattr(ctx.broker, "cluster", None)
+    unavailable: KafkaError | None = None
     if cluster is not None:
-        await cluster.refresh()  # check names and live brokers against the store, not a cache a beat behind
+        try:
+            await cluster.refresh()  # check names and live brokers against the store, not a cache a beat behind
+        except KafkaError as exc:
+            unavailable = exc  # every topic gets it (REQUEST_TIMED_OUT while the store is unreachable)
     duplicates = _duplicates(topic.name for topic in request.topics)
     results = []
     for topic in request.topics:
@@ -199,6 +203,8 @@ async def handle_create_topics(request, ctx: RequestContext):
             ))
             continue
         try:
+            if unavailable is not None:
+                raise unavailable
             plan = _plan_topic(ctx, topic)
             topic_id = None
             if not validate_only:
@@ -285,7 +291,12 @@ async def handle_delete_topics(request, ctx: RequestContext):
         return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
     to_delete, results = _resolve_for_deletion(ctx, targets, result_cls)
     for topic in to_delete:
-        await ctx.broker.admin_delete_topic(topic)
+        try:
+            await ctx.broker.admin_delete_topic(topic)
+        except KafkaError as exc:
+            log.info("DeleteTopics %s: %s (%s)", topic.name, exc.code.name, exc.message)
+            results.append(_delete_result(result_cls, topic.name, topic.topic_id, exc.code, exc.message))
+            continue
         results.append(_delete_result(result_cls, topic.name, topic.topic_id, ErrorCode.NONE))
     return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
 

@@ -4,7 +4,9 @@ nursery; start-up and clean shutdown live here."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -622,4 +624,17 @@ async def _serve_until_signalled(config: "BrokerConfig") -> None:
 
 
 def run_broker(config: "BrokerConfig") -> None:
+    """Serve as this process's main work until SIGTERM/SIGINT, then end the process at once."""
     trio.run(_serve_until_signalled, config)
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """Once the broker has logged "stopped", its logs are flushed and checkpointed and its
+    session closed: nothing is left to save. Python's own teardown would still take 0.1-0.3 s
+    (unloading modules, collecting the broker's objects) plus whatever library atexit hooks wait
+    for, so the process ends here, with its log output flushed."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -18,6 +18,7 @@ deadline, a shutdown - always ends the wait. kazoo reconnects on its own, every 
 
 from __future__ import annotations
 
+import atexit
 import logging
 from typing import Callable
 
@@ -273,6 +274,11 @@ class ZooKeeperStore(MetadataStore):
             client.stop()
             client.close()
 
+        # kazoo registers an atexit hook that joins its worker threads; while ZooKeeper is
+        # unreachable one of them can be blocked re-reading a watched node, and the hook then
+        # holds the process at exit for as long as the outage lasts. The threads are daemons and
+        # hold nothing once the session is over: the process need not wait for them.
+        atexit.unregister(client.handler.stop)
         if not self._connected.is_set():
             trio.lowlevel.start_thread_soon(stop, lambda _result: None)
             return

@@ -29,6 +29,11 @@ from kafkacompat.log.manager import CLEAN_SHUTDOWN_FILE
 from kafkacompat.wire.errors import ErrorCode
 
 CHROOT = "/kafkacompat"
+# cluster.py's 1.5 s sessions give ZooKeeper about 0.5 s to answer kazoo's pings; on a loaded
+# machine a stall that long drops the connection, and an admin call then rightly fails. These
+# tests need ZooKeeper down only when they stop it: longer sessions, the same 1.5 s bound on
+# waiting for a connection (what an operation waits while ZooKeeper is down).
+STEADY_SESSIONS = ["--set", "zookeeper.session.timeout.ms=6000", "--set", "zookeeper.connection.timeout.ms=1500"]
 
 
 def admin(bootstrap: str) -> AdminClient:
@@ -94,6 +99,12 @@ class NumberedProducer:
             number += 1
             self.producer.poll(0.01)
 
+    def wait_for_acks(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.acked) < count:
+            assert time.monotonic() < deadline, f"only {len(self.acked)} messages acknowledged; {self.failed[:3]}"
+            time.sleep(0.05)
+
     def __enter__(self) -> "NumberedProducer":
         self._thread.start()
         return self
@@ -146,17 +157,19 @@ def all_alive(cluster: ZooKeeperCluster) -> bool:
 
 
 def test_zookeeper_outage_stops_no_broker_and_admin_calls_get_kafka_errors(tmp_path, topic_name):
-    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=STEADY_SESSIONS) as cluster:
         cluster.wait_until_every_broker_sees(3)
         create_topic(cluster.bootstrap, topic_name)
         create_topic(cluster.bootstrap, topic_name + "-spare", 1)
         with NumberedProducer(cluster.bootstrap, topic_name) as producer:
-            time.sleep(1)
+            # Its producer id comes from a block the broker claims in ZooKeeper: get it first.
+            producer.wait_for_acks(100)
             cluster.zookeeper.stop()  # SIGKILL
             outage_started = time.monotonic()
+            acked_before_outage = len(producer.acked)
             during = admin_calls(cluster.bootstrap, topic_name)
             time.sleep(max(0.0, 6 - (time.monotonic() - outage_started)))
-            acked_during_outage = len(producer.acked)
+            acked_during_outage = len(producer.acked) - acked_before_outage
             assert all_alive(cluster), [p.output() for p in cluster.brokers.values()]
             cluster.zookeeper.start()
             wait_for_store(cluster, 3)
@@ -181,11 +194,15 @@ def test_zookeeper_outage_stops_no_broker_and_admin_calls_get_kafka_errors(tmp_p
 def test_a_malformed_znode_is_logged_and_skipped(tmp_path, topic_name):
     from kazoo.client import KazooClient
 
-    with ZooKeeperCluster(tmp_path, brokers=3) as cluster:
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=STEADY_SESSIONS) as cluster:
         cluster.wait_until_every_broker_sees(3)
         damaged = topic_name + "-damaged"
         create_topic(cluster.bootstrap, topic_name)
         create_topic(cluster.bootstrap, damaged)
+        for broker_id in cluster.brokers:  # every broker has applied the good states first
+            cluster.wait_for(lambda md: damaged in md.topics
+                             and all(p.leader >= 0 for p in md.topics[damaged].partitions.values()),
+                             broker_id=broker_id)
         client = KazooClient(hosts=cluster.zookeeper.connect + CHROOT)
         client.start(timeout=30)
         try:
@@ -208,8 +225,8 @@ def test_a_malformed_znode_is_logged_and_skipped(tmp_path, topic_name):
         # The other topics are served, and so is the damaged one (its last good version).
         for topic in (topic_name, topic_name + "-after", damaged):
             with NumberedProducer(cluster.bootstrap, topic) as producer:
-                time.sleep(0.5)
-            assert producer.acked and not producer.failed
+                producer.wait_for_acks(100)
+            assert not producer.failed
             assert producer.acked <= consume_all(cluster.bootstrap, topic, producer.acked)
         assert "garbage" not in cluster.metadata().topics
         assert all_alive(cluster)
@@ -224,7 +241,8 @@ def wait_for_line(proc, text: str, timeout: float = 30) -> None:
 
 def test_sigterm_with_zookeeper_down_stops_after_bounded_retries(tmp_path):
     # 3 attempts, each failing after zookeeper.connection.timeout.ms (1.5 s), 1 s apart: ~6.5 s.
-    args = ["--set", "controlled.shutdown.max.retries=3", "--set", "controlled.shutdown.retry.backoff.ms=1000"]
+    args = [*STEADY_SESSIONS, "--set", "controlled.shutdown.max.retries=3",
+            "--set", "controlled.shutdown.retry.backoff.ms=1000"]
     with ZooKeeperCluster(tmp_path, brokers=1, extra_args=args) as cluster:
         cluster.wait_until_every_broker_sees(1)
         create_topic(cluster.bootstrap, "kept", 1, 1)
@@ -243,7 +261,7 @@ def test_sigterm_with_zookeeper_down_stops_after_bounded_retries(tmp_path):
 
 def test_a_second_sigterm_stops_the_broker_at_once(tmp_path):
     # Kafka's default budget (3 attempts, 5 s apart) is cut short by a second signal.
-    with ZooKeeperCluster(tmp_path, brokers=1) as cluster:
+    with ZooKeeperCluster(tmp_path, brokers=1, extra_args=STEADY_SESSIONS) as cluster:
         cluster.wait_until_every_broker_sees(1)
         broker = cluster.brokers[0]
         cluster.zookeeper.stop()

@@ -45,6 +45,10 @@ _RECONNECT_RETRY = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
+class _ConnectionLost(StoreUnavailableError):
+    """The connection dropped with the request in flight: a read can simply be sent again."""
+
+
 def _translate(exc: Exception) -> Exception:
     from kazoo import exceptions as kz
 
@@ -56,8 +60,9 @@ def _translate(exc: Exception) -> Exception:
         return BadVersionError(str(exc))
     if isinstance(exc, kz.NotEmptyError):
         return NotEmptyError(str(exc))
-    if isinstance(exc, (kz.ConnectionLoss, kz.SessionExpiredError, kz.ConnectionClosedError,
-                        kz.OperationTimeoutError)):
+    if isinstance(exc, kz.ConnectionLoss):
+        return _ConnectionLost("ZooKeeper connection lost (ConnectionLoss)")
+    if isinstance(exc, (kz.SessionExpiredError, kz.ConnectionClosedError, kz.OperationTimeoutError)):
         return StoreUnavailableError(f"ZooKeeper connection lost ({type(exc).__name__})")
     return StoreError(f"{type(exc).__name__}: {exc}")
 
@@ -142,20 +147,31 @@ class ZooKeeperStore(MetadataStore):
         session = self.client.client_id
         return session[0] if session else 0
 
-    async def _wait_connected(self) -> None:
-        timeout = self.connection_timeout_ms / 1000
-        with trio.move_on_after(timeout):
+    async def _wait_connected(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
             await self._connected.wait()
             return
         raise StoreUnavailableError(
-            f"ZooKeeper at {self.connect} has been unreachable for at least {timeout:g} s "
-            "(zookeeper.connection.timeout.ms)")
+            f"ZooKeeper at {self.connect} has been unreachable for at least "
+            f"{self.connection_timeout_ms / 1000:g} s (zookeeper.connection.timeout.ms)")
 
-    async def _run(self, fn, *args, **kwargs):
-        """``fn`` in a worker thread once connected, for at most the session timeout."""
+    async def _read(self, fn, *args, **kwargs):
+        """A read, sent again when the connection drops under it (as Kafka's ZooKeeper client
+        does), until zookeeper.connection.timeout.ms has passed."""
+        deadline = trio.current_time() + self.connection_timeout_ms / 1000
+        while True:
+            try:
+                return await self._run(fn, *args, deadline=deadline, **kwargs)
+            except _ConnectionLost:
+                if trio.current_time() >= deadline:
+                    raise
+
+    async def _run(self, fn, *args, deadline: float | None = None, **kwargs):
+        """``fn`` in a worker thread once connected, for at most the session timeout. A write
+        whose connection drops raises StoreUnavailableError: it may or may not have been applied."""
         if self.client is None:
             raise StoreUnavailableError("the ZooKeeper session is closed")
-        await self._wait_connected()
+        await self._wait_connected(deadline or trio.current_time() + self.connection_timeout_ms / 1000)
         timeout = self.session_timeout_ms / 1000
         with trio.move_on_after(timeout):
             try:
@@ -168,7 +184,7 @@ class ZooKeeperStore(MetadataStore):
                                     "the operation may or may not have been applied")
 
     async def get(self, path: str) -> tuple[bytes, int]:
-        data, stat = await self._run(self.client.get, path)
+        data, stat = await self._read(self.client.get, path)
         return data or b"", stat.version
 
     async def get_many(self, paths: list[str]) -> dict[str, tuple[bytes, int] | None]:
@@ -187,14 +203,14 @@ class ZooKeeperStore(MetadataStore):
                     found[path] = None
             return found
 
-        return await self._run(run)
+        return await self._read(run)
 
     async def exists(self, path: str) -> int | None:
-        stat = await self._run(self.client.exists, path)
+        stat = await self._read(self.client.exists, path)
         return None if stat is None else stat.version
 
     async def children(self, path: str) -> list[str]:
-        return sorted(await self._run(self.client.get_children, path))
+        return sorted(await self._read(self.client.get_children, path))
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
                      sequential: bool = False, makepath: bool = True) -> str:
@@ -232,7 +248,7 @@ class ZooKeeperStore(MetadataStore):
         await self._run(run)
 
     async def ephemeral_owner(self, path: str) -> int | None:
-        data, stat = await self._run(self.client.get, path)
+        data, stat = await self._read(self.client.get, path)
         return stat.ephemeralOwner or None
 
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:

@@ -1,4 +1,5 @@
-"""Micro-benchmark of the hot-path codecs against kafka-python 3 (and kio where it helps).
+"""Micro-benchmark of the hot-path codecs and the generated control-plane codecs against
+kafka-python 3 (and kio where it helps).
 
     python benchmarks/bench_codecs.py
 
@@ -19,6 +20,10 @@ warnings.simplefilter("ignore", DeprecationWarning)
 from kafka.protocol.consumer import FetchRequest, FetchResponse  # noqa: E402
 from kafka.protocol.producer import ProduceRequest, ProduceResponse  # noqa: E402
 
+from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse  # noqa: E402
+from kafka.protocol.metadata import MetadataResponse  # noqa: E402
+
+from kafkacompat.wire import codec  # noqa: E402
 from kafkacompat.wire.chunks import FileRegion  # noqa: E402
 from kafkacompat.wire.fetch import (  # noqa: E402
     FetchPartitionResult,
@@ -164,7 +169,44 @@ def bench_fetch(version: int, region_file: int) -> None:
     )
 
 
+def bench_control_plane() -> None:
+    heartbeat = bytes(HeartbeatRequest(version=4, group_id="group-1", generation_id=7, member_id="member-" + "x" * 36,
+                                       group_instance_id=None).encode(version=4))
+    ours_response = codec.new_response(12, 4, throttle_time_ms=0, error_code=0)
+    theirs_response = HeartbeatResponse(version=4, throttle_time_ms=0, error_code=0)
+    report(
+        "HeartbeatRequest v4 decode + HeartbeatResponse v4 encode",
+        lambda: (codec.decode_request(12, 4, heartbeat), codec.encode_response(ours_response, 4)),
+        lambda: (HeartbeatRequest.decode(heartbeat, version=4), theirs_response.encode(version=4)),
+    )
+
+    cls = codec.response_class(3)
+    topic_cls, broker_cls = cls.MetadataResponseTopic, cls.MetadataResponseBroker
+    ours = cls(throttle_time_ms=0, cluster_id="cluster", controller_id=1,
+               brokers=[broker_cls(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(3)],
+               topics=[topic_cls(error_code=0, name=f"topic-{t}", topic_id=TOPIC_ID, partitions=[
+                   topic_cls.MetadataResponsePartition(error_code=0, partition_index=p, leader_id=p % 3,
+                                                       leader_epoch=4, replica_nodes=[0, 1, 2], isr_nodes=[0, 1, 2])
+                   for p in range(4)]) for t in range(100)])
+    kp_topic, kp_broker = MetadataResponse.MetadataResponseTopic, MetadataResponse.MetadataResponseBroker
+    theirs = MetadataResponse(
+        version=12, throttle_time_ms=0, cluster_id="cluster", controller_id=1, authorized_operations=None,
+        brokers=[kp_broker(node_id=n, host=f"broker-{n}", port=9092, rack=None) for n in range(3)],
+        topics=[kp_topic(error_code=0, name=f"topic-{t}", topic_id=TOPIC_ID, is_internal=False,
+                         authorized_operations=None,
+                         partitions=[kp_topic.MetadataResponsePartition(
+                             error_code=0, partition_index=p, leader_id=p % 3, leader_epoch=4, replica_nodes=[0, 1, 2],
+                             isr_nodes=[0, 1, 2], offline_replicas=[]) for p in range(4)]) for t in range(100)])
+    assert codec.encode_response(ours, 12) == bytes(theirs.encode(version=12))
+    report(
+        "MetadataResponse v12 encode, 100 topics x 4 partitions",
+        lambda: codec.encode_response(ours, 12),
+        lambda: theirs.encode(version=12),
+    )
+
+
 def main() -> None:
+    bench_control_plane()
     for version in (3, 9, 13):
         bench_produce(version)
     with tempfile.TemporaryFile() as handle:

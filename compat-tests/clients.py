@@ -617,6 +617,32 @@ class DataPathContract:
 _correlation_ids = itertools.count(1)
 
 
+@functools.cache
+def _kafka_python_classes() -> dict[tuple[int, str], type]:
+    import importlib
+
+    from kafka.protocol.api_message import ApiMessage
+
+    found: dict[tuple[int, str], type] = {}
+    for module_name in ("admin", "consumer", "metadata", "producer"):
+        module = importlib.import_module(f"kafka.protocol.{module_name}")
+        for name in getattr(module, "__all__", dir(module)):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
+                found[(cls.API_KEY, cls.type)] = cls
+    return found
+
+
+def request_class(api_key: int) -> type:
+    """kafka-python's request class for ``api_key``: raw requests are written by an independent
+    codec, not the broker's own."""
+    return _kafka_python_classes()[(api_key, "request")]
+
+
+def response_class(api_key: int) -> type:
+    return _kafka_python_classes()[(api_key, "response")]
+
+
 def request_header(api_key: int, version: int, correlation_id: int, *, flexible: bool,
                    client_id: str = "compat-tests") -> bytes:
     """Request header v1 (v2 adds an empty tagged-field section for flexible versions)."""

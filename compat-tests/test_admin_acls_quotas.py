@@ -29,7 +29,7 @@ pytest.register_assert_rewrite("clients", "cluster")
 from clients import RawConnection, admin, frame, request_header  # noqa: E402
 from cluster import ZooKeeperCluster  # noqa: E402
 
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 pytest.register_assert_rewrite("clients")
 from clients import RawConnection  # noqa: E402
 
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 
 DESCRIBE_CLUSTER = 60
 TIMEOUT = 15

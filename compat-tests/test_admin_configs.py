@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
 pytest.register_assert_rewrite("clients")
 from clients import RawConnection, admin  # noqa: E402
 
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8

@@ -13,7 +13,7 @@ from confluent_kafka.admin import NewPartitions, NewTopic
 pytest.register_assert_rewrite("clients")
 from clients import RawConnection, admin  # noqa: E402
 
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 TIMEOUT = 15

@@ -21,7 +21,7 @@ from clients import (  # noqa: E402
 from test_kafkajs import run_script  # noqa: E402
 
 from kafkacompat.log import read_checkpoint  # noqa: E402
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 from kafkacompat.wire.errors import ErrorCode  # noqa: E402
 
 DELETE_RECORDS = 21

@@ -14,7 +14,7 @@ pytest.register_assert_rewrite("clients")
 from clients import assert_client_works, frame, request_header  # noqa: E402
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
-from kafkacompat.wire.codec import request_class  # noqa: E402
+from clients import request_class  # noqa: E402
 
 TRIALS_PER_VERSION = 12
 

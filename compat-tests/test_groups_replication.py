@@ -25,7 +25,7 @@ pytest.register_assert_rewrite("clients")
 
 from clients import RawConnection  # noqa: E402
 from kafkacompat.groups.storage import OFFSETS_TOPIC, partition_for  # noqa: E402
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 from kafkacompat.wire.errors import ErrorCode  # noqa: E402
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, SYNC_GROUP, DESCRIBE_GROUPS = 10, 11, 12, 14, 15

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 pytest.register_assert_rewrite("clients")
 from clients import RawConnection  # noqa: E402
 
-from kafkacompat.wire.codec import request_class, response_class  # noqa: E402
+from clients import request_class, response_class  # noqa: E402
 
 LIST_OFFSETS = 2
 TIMEOUT = 15

@@ -50,8 +50,8 @@ _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version
 
 
 def _import_handlers() -> tuple:
-    """The handler registry, imported at the first request (kafka-python's schemas stay off the
-    start-up path) and kept: an import statement costs ~1.5 us on every request."""
+    """The handler registry, imported at the first request (the handlers and their codecs stay off
+    the start-up path) and kept: an import statement costs ~1.5 us on every request."""
     global _HANDLERS
     from kafkacompat.handlers import REGISTRY, RequestContext
     from kafkacompat.handlers.api_versions import unsupported_version_response
@@ -537,6 +537,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly."""
     from kafkacompat.server import serve_listener
 
+    broker.config.warn_about_settings_without_effect()
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
@@ -546,6 +547,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             if broker.clustered:
                 await nursery.start(_join_cluster, broker)
             nursery.start_soon(broker.run_housekeeping)
+            nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
             broker.start_replication(nursery)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)

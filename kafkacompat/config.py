@@ -8,6 +8,11 @@ names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs) and valida
 - ``TOPIC_CONFIGS``: topic-level keys, each with its broker synonyms in Kafka's precedence order
   (``retention.ms`` <- ``log.retention.ms`` > ``log.retention.minutes`` > ``log.retention.hours``).
 
+Everything else is derived from them: BrokerConfig's attributes (one per broker key), LogConfig's
+defaults and parsing (log/config.py), CleanerConfig's defaults (log/cleaner.py). A key marked
+``applied=False`` is accepted and reported for compatibility but has no effect in kafkacompat; the
+broker names those set to a non-default value in one warning at start-up.
+
 ``BrokerConfig.load`` reads a Kafka ``server.properties`` (Java properties syntax), applies
 ``--set key=value`` overrides, then the explicit CLI flags. Kafka's own precedence applies to the
 result: file < --set < flags. Unknown keys are logged as warnings and ignored; malformed values
@@ -27,10 +32,10 @@ from __future__ import annotations
 import enum
 import logging
 import re
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 logger = logging.getLogger("kafkacompat.config")
 
@@ -255,7 +260,9 @@ class BrokerConfigKey:
 
     ``read_only`` mirrors Kafka's "Dynamic Update Mode": False for keys Kafka can update without a
     restart (per-broker or cluster-wide). ``topic_config`` names the topic-level config this key
-    supplies the default for (filled in from TOPIC_CONFIGS).
+    supplies the default for (filled in from TOPIC_CONFIGS). ``applied`` is False for keys that are
+    accepted (and reported by DescribeConfigs) for compatibility but have no effect here; a broker
+    started with one of them set to another value than its default says so in a warning.
     """
 
     name: str
@@ -266,6 +273,12 @@ class BrokerConfigKey:
     validator: Validator | None = None
     read_only: bool = True
     topic_config: str | None = None
+    applied: bool = True
+
+    @property
+    def attribute(self) -> str:
+        """The BrokerConfig attribute holding the parsed value (num.partitions -> num_partitions)."""
+        return self.name.replace(".", "_")
 
     def parse(self, raw: str | None) -> Any:
         return _parse_and_validate(self.name, self.type, self.validator, raw)
@@ -277,7 +290,8 @@ class TopicConfigKey:
 
     ``default`` is Kafka's LogConfig default, used only when no broker synonym has a value.
     ``synonyms`` are (broker key, multiplier) pairs in Kafka's precedence order; the multiplier
-    converts the broker value to the topic's unit (log.retention.hours -> ms).
+    converts the broker value to the topic's unit (log.retention.hours -> ms). ``applied`` as for
+    broker keys; a broker key that supplies a topic config's default shares its ``applied``.
     """
 
     name: str
@@ -287,6 +301,7 @@ class TopicConfigKey:
     doc: str
     validator: Validator | None = None
     synonyms: tuple[tuple[str, int], ...] = ()
+    applied: bool = True
 
     @property
     def broker_keys(self) -> tuple[str, ...]:
@@ -325,8 +340,10 @@ def _broker(
     validator: Validator | None = None,
     *,
     dynamic: bool = False,
+    applied: bool = True,
 ) -> BrokerConfigKey:
-    return BrokerConfigKey(name, config_type, default, importance, doc, validator, read_only=not dynamic)
+    return BrokerConfigKey(name, config_type, default, importance, doc, validator, read_only=not dynamic,
+                           applied=applied)
 
 
 _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
@@ -338,9 +355,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "ZooKeeper connection string host:port[,host:port...][/chroot]; unset = embedded metadata store."),
     _broker("zookeeper.session.timeout.ms", _INT, "18000", HIGH, "ZooKeeper session timeout."),
     _broker("zookeeper.connection.timeout.ms", _INT, None, HIGH,
-            "Max time to establish a ZooKeeper connection; unset = zookeeper.session.timeout.ms."),
+            "Max time to establish a ZooKeeper connection, and that an operation waits for one while "
+            "ZooKeeper is unreachable; unset = zookeeper.session.timeout.ms."),
     _broker("zookeeper.max.in.flight.requests", _INT, "10", HIGH,
-            "Max unacknowledged requests sent to ZooKeeper before blocking.", at_least(1)),
+            "Max unacknowledged requests sent to ZooKeeper before blocking.", at_least(1), applied=False),
     # --- listeners and the socket server ---
     _broker("listeners", _STR, "PLAINTEXT://:9092", HIGH,
             "Comma-separated NAME://host:port listeners; an empty host binds all interfaces.", dynamic=True),
@@ -351,29 +369,34 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Map between listener names and security protocols.", dynamic=True),
     _broker("controller.listener.names", _STR, None, HIGH,
             "Listener names used by the KRaft controller; never served to clients here."),
-    _broker("inter.broker.listener.name", _STR, None, MEDIUM, "Name of the listener used between brokers."),
+    _broker("inter.broker.listener.name", _STR, None, MEDIUM, "Name of the listener used between brokers.",
+            applied=False),
     _broker("security.inter.broker.protocol", _STR, "PLAINTEXT", MEDIUM,
-            "Security protocol used between brokers.", one_of(*SECURITY_PROTOCOLS)),
-    _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default."),
-    _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default."),
+            "Security protocol used between brokers.", one_of(*SECURITY_PROTOCOLS), applied=False),
+    _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default.",
+            applied=False),
+    _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default.",
+            applied=False),
     _broker("socket.request.max.bytes", _INT, "104857600", HIGH,
             "The maximum number of bytes in a socket request.", at_least(1)),
-    _broker("socket.listen.backlog.size", _INT, "50", MEDIUM, "Max pending connections on the socket.", at_least(1)),
+    _broker("socket.listen.backlog.size", _INT, "50", MEDIUM, "Max pending connections on the socket.", at_least(1),
+            applied=False),
     _broker("max.connections", _INT, INT_MAX, MEDIUM, "Max connections allowed in the broker.", at_least(0),
             dynamic=True),
     _broker("max.connections.per.ip", _INT, INT_MAX, MEDIUM, "Max connections allowed from each IP address.",
             at_least(0), dynamic=True),
     _broker("connections.max.idle.ms", _LONG, "600000", MEDIUM, "Idle connections are closed after this many ms."),
     _broker("queued.max.requests", _INT, "500", HIGH,
-            "Queued requests allowed per connection before reading blocks.", at_least(1)),
-    _broker("request.timeout.ms", _INT, "30000", HIGH, "Timeout of the broker's own client requests."),
+            "Queued requests allowed per connection before reading blocks.", at_least(1), applied=False),
+    _broker("request.timeout.ms", _INT, "30000", HIGH, "Timeout of the broker's own client requests.", applied=False),
     _broker("num.network.threads", _INT, "3", HIGH,
             "Network threads (accepted for compatibility; kafkacompat runs one event loop).", at_least(1),
-            dynamic=True),
+            dynamic=True, applied=False),
     _broker("num.io.threads", _INT, "8", HIGH,
             "Request handler threads (accepted for compatibility; kafkacompat runs one event loop).",
-            at_least(1), dynamic=True),
-    _broker("background.threads", _INT, "10", HIGH, "Threads for background tasks.", at_least(1), dynamic=True),
+            at_least(1), dynamic=True, applied=False),
+    _broker("background.threads", _INT, "10", HIGH, "Threads for background tasks.", at_least(1), dynamic=True,
+            applied=False),
     _broker("controlled.shutdown.enable", _BOOL, "true", MEDIUM, "Enable controlled shutdown of the server."),
     _broker("controlled.shutdown.max.retries", _INT, "3", MEDIUM,
             "Attempts at a controlled shutdown before the broker shuts down without it."),
@@ -437,7 +460,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("log.flush.offset.checkpoint.interval.ms", _INT, "60000", HIGH,
             "How often the recovery point checkpoint is written.", at_least(0)),
     _broker("log.flush.start.offset.checkpoint.interval.ms", _INT, "60000", HIGH,
-            "How often the log start offset checkpoint is written.", at_least(0)),
+            "How often the log start offset checkpoint is written.", at_least(0), applied=False),
     _broker("log.segment.delete.delay.ms", _LONG, "60000", HIGH, "Delay before a deleted segment file is removed.",
             at_least(0), dynamic=True),
     _broker("log.preallocate", _BOOL, "false", MEDIUM, "Preallocate segment files when they are created.",
@@ -461,7 +484,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("log.local.retention.bytes", _LONG, "-2", MEDIUM,
             "Tiered storage: local retention size; -2 = log.retention.bytes.", at_least(-2), dynamic=True),
     _broker("num.recovery.threads.per.data.dir", _INT, "1", HIGH,
-            "Threads per data directory for log recovery at startup.", at_least(1), dynamic=True),
+            "Threads per data directory for log recovery at startup.", at_least(1), dynamic=True, applied=False),
     _broker("log.cleaner.enable", _BOOL, "true", MEDIUM, "Run the log cleaner (needed for compacted topics)."),
     _broker("log.cleaner.threads", _INT, "1", MEDIUM, "Background threads for log cleaning.", at_least(0),
             dynamic=True),
@@ -470,11 +493,11 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("log.cleaner.dedupe.buffer.size", _LONG, "134217728", MEDIUM,
             "Total memory for log deduplication across cleaner threads.", dynamic=True),
     _broker("log.cleaner.io.buffer.size", _INT, "524288", MEDIUM, "Total memory for cleaner I/O buffers.",
-            at_least(0), dynamic=True),
+            at_least(0), dynamic=True, applied=False),
     _broker("log.cleaner.io.buffer.load.factor", _DOUBLE, "0.9", MEDIUM, "Load factor of the dedupe buffer.",
             dynamic=True),
     _broker("log.cleaner.io.max.bytes.per.second", _DOUBLE, DOUBLE_MAX, MEDIUM, "Throttle of the log cleaner's I/O.",
-            dynamic=True),
+            dynamic=True, applied=False),
     _broker("log.cleaner.delete.retention.ms", _LONG, "86400000", MEDIUM,
             "How long tombstones are kept in compacted topics.", at_least(0), dynamic=True),
     _broker("log.cleaner.min.compaction.lag.ms", _LONG, "0", MEDIUM,
@@ -487,7 +510,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("replica.lag.time.max.ms", _LONG, "30000", HIGH,
             "A follower that has not caught up for this long is removed from the ISR."),
     _broker("replica.socket.timeout.ms", _INT, "30000", HIGH, "Socket timeout of follower fetch requests."),
-    _broker("replica.socket.receive.buffer.bytes", _INT, "65536", HIGH, "Socket receive buffer of followers."),
+    _broker("replica.socket.receive.buffer.bytes", _INT, "65536", HIGH, "Socket receive buffer of followers.",
+            applied=False),
     _broker("replica.fetch.max.bytes", _INT, "1048576", MEDIUM, "Bytes per partition a follower tries to fetch.",
             at_least(0)),
     _broker("replica.fetch.wait.max.ms", _INT, "500", MEDIUM, "Max wait of a follower fetch request."),
@@ -495,21 +519,24 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("replica.fetch.backoff.ms", _INT, "1000", MEDIUM, "Sleep after a follower fetch error.", at_least(0)),
     _broker("replica.fetch.response.max.bytes", _INT, "10485760", MEDIUM,
             "Max bytes of a whole follower fetch response.", at_least(0)),
-    _broker("num.replica.fetchers", _INT, "1", HIGH, "Fetcher tasks per source broker.", dynamic=True),
+    _broker("num.replica.fetchers", _INT, "1", HIGH, "Fetcher tasks per source broker.", dynamic=True, applied=False),
     _broker("replica.high.watermark.checkpoint.interval.ms", _LONG, "5000", HIGH,
-            "How often the high watermark checkpoint is written."),
-    _broker("fetch.purgatory.purge.interval.requests", _INT, "1000", MEDIUM, "Purge interval of the fetch purgatory."),
+            "How often the high watermark checkpoint is written.", applied=False),
+    _broker("fetch.purgatory.purge.interval.requests", _INT, "1000", MEDIUM, "Purge interval of the fetch purgatory.",
+            applied=False),
     _broker("producer.purgatory.purge.interval.requests", _INT, "1000", MEDIUM,
-            "Purge interval of the producer purgatory."),
-    _broker("fetch.max.bytes", _INT, "57671680", MEDIUM, "Max bytes returned for one fetch request.", at_least(1024)),
+            "Purge interval of the producer purgatory.", applied=False),
+    _broker("fetch.max.bytes", _INT, "57671680", MEDIUM, "Max bytes returned for one fetch request.", at_least(1024),
+            applied=False),
     _broker("max.incremental.fetch.session.cache.slots", _INT, "1000", MEDIUM,
-            "Max incremental fetch sessions kept.", at_least(0)),
+            "Max incremental fetch sessions kept.", at_least(0), applied=False),
     _broker("auto.leader.rebalance.enable", _BOOL, "true", HIGH, "Move leadership back to preferred replicas."),
     _broker("leader.imbalance.per.broker.percentage", _INT, "10", HIGH,
             "Leader imbalance per broker (percent) that triggers a rebalance."),
     _broker("leader.imbalance.check.interval.seconds", _LONG, "300", HIGH, "How often leader balance is checked.",
             at_least(1)),
-    _broker("controller.socket.timeout.ms", _INT, "30000", MEDIUM, "Socket timeout of controller-to-broker channels."),
+    _broker("controller.socket.timeout.ms", _INT, "30000", MEDIUM,
+            "Socket timeout of controller-to-broker channels; here the bound of each controlled shutdown attempt."),
     # --- consumer groups and offsets ---
     _broker("group.min.session.timeout.ms", _INT, "6000", MEDIUM, "Minimum session timeout of group members."),
     _broker("group.max.session.timeout.ms", _INT, "1800000", MEDIUM, "Maximum session timeout of group members."),
@@ -531,27 +558,29 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             at_least(1)),
     _broker("offsets.commit.timeout.ms", _INT, "5000", HIGH,
             "Max wait for the offsets topic to acknowledge a commit.", at_least(1)),
-    _broker("offsets.commit.required.acks", _SHORT, "-1", HIGH, "Deprecated: acks required for an offset commit."),
+    _broker("offsets.commit.required.acks", _SHORT, "-1", HIGH, "Deprecated: acks required for an offset commit.",
+            applied=False),
     # --- transactions and idempotent producers ---
     _broker("transactional.id.expiration.ms", _INT, "604800000", HIGH,
-            "An idle transactional id expires after this long.", at_least(1)),
-    _broker("transaction.max.timeout.ms", _INT, "900000", HIGH, "Maximum allowed transaction timeout.", at_least(1)),
+            "An idle transactional id expires after this long.", at_least(1), applied=False),
+    _broker("transaction.max.timeout.ms", _INT, "900000", HIGH, "Maximum allowed transaction timeout.", at_least(1),
+            applied=False),
     _broker("transaction.state.log.min.isr", _INT, "2", HIGH, "min.insync.replicas of __transaction_state.",
-            at_least(1)),
+            at_least(1), applied=False),
     _broker("transaction.state.log.load.buffer.size", _INT, "5242880", HIGH,
-            "Read batch size when loading transaction state.", at_least(1)),
+            "Read batch size when loading transaction state.", at_least(1), applied=False),
     _broker("transaction.state.log.replication.factor", _SHORT, "3", HIGH,
-            "Replication factor of __transaction_state.", at_least(1)),
+            "Replication factor of __transaction_state.", at_least(1), applied=False),
     _broker("transaction.state.log.num.partitions", _INT, "50", HIGH, "Number of partitions of __transaction_state.",
-            at_least(1)),
+            at_least(1), applied=False),
     _broker("transaction.state.log.segment.bytes", _INT, "104857600", HIGH, "Segment size of __transaction_state.",
-            at_least(1)),
+            at_least(1), applied=False),
     _broker("transaction.abort.timed.out.transaction.cleanup.interval.ms", _INT, "10000", LOW,
-            "How often timed-out transactions are rolled back.", at_least(1)),
+            "How often timed-out transactions are rolled back.", at_least(1), applied=False),
     _broker("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, "3600000", LOW,
-            "How often expired transactional ids are removed.", at_least(1)),
+            "How often expired transactional ids are removed.", at_least(1), applied=False),
     _broker("transaction.partition.verification.enable", _BOOL, "true", LOW,
-            "Verify that a partition was added to the transaction before appending.", dynamic=True),
+            "Verify that a partition was added to the transaction before appending.", dynamic=True, applied=False),
     _broker("producer.id.expiration.ms", _INT, "86400000", LOW,
             "Producer state of an idle producer id expires after this long.", at_least(1), dynamic=True),
     _broker("producer.id.expiration.check.interval.ms", _INT, "600000", LOW,
@@ -566,9 +595,10 @@ def _topic(
     doc: str,
     validator: Validator | None = None,
     *synonyms: str | tuple[str, int],
+    applied: bool = True,
 ) -> TopicConfigKey:
     pairs = tuple(s if isinstance(s, tuple) else (s, 1) for s in synonyms)
-    return TopicConfigKey(name, config_type, default, MEDIUM, doc, validator, pairs)
+    return TopicConfigKey(name, config_type, default, MEDIUM, doc, validator, pairs, applied)
 
 
 _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
@@ -585,21 +615,21 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
     _topic("delete.retention.ms", _LONG, "86400000", "How long tombstones are kept in a compacted topic.",
            at_least(0), "log.cleaner.delete.retention.ms"),
     _topic("file.delete.delay.ms", _LONG, "60000", "Delay before a deleted segment file is removed.",
-           at_least(0), "log.segment.delete.delay.ms"),
+           at_least(0), "log.segment.delete.delay.ms", applied=False),
     _topic("flush.messages", _LONG, LONG_MAX, "Messages accumulated before the log is fsynced.",
            at_least(1), "log.flush.interval.messages"),
     _topic("flush.ms", _LONG, LONG_MAX, "Max time a message waits before the log is fsynced.",
            at_least(0), "log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
     _topic("follower.replication.throttled.replicas", _LIST, "", "Replicas whose follower fetches are throttled.",
-           throttled_replica_list),
+           throttled_replica_list, applied=False),
     _topic("index.interval.bytes", _INT, "4096", "Bytes between entries of the offset index.",
            at_least(0), "log.index.interval.bytes"),
     _topic("leader.replication.throttled.replicas", _LIST, "", "Replicas whose leader side is throttled.",
-           throttled_replica_list),
+           throttled_replica_list, applied=False),
     _topic("local.retention.bytes", _LONG, "-2", "Tiered storage: local retention size; -2 = retention.bytes.",
-           at_least(-2), "log.local.retention.bytes"),
+           at_least(-2), "log.local.retention.bytes", applied=False),
     _topic("local.retention.ms", _LONG, "-2", "Tiered storage: local retention time; -2 = retention.ms.",
-           at_least(-2), "log.local.retention.ms"),
+           at_least(-2), "log.local.retention.ms", applied=False),
     _topic("max.compaction.lag.ms", _LONG, LONG_MAX, "Maximum time a record stays ineligible for compaction.",
            at_least(1), "log.cleaner.max.compaction.lag.ms"),
     _topic("max.message.bytes", _INT, "1048588", "The largest record batch size allowed.",
@@ -607,7 +637,7 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
     _topic("message.downconversion.enable", _BOOL, "true", "Allow down-conversion for old consumers.",
            None, "log.message.downconversion.enable"),
     _topic("message.format.version", _STR, "3.0-IV1", "Deprecated: message format version.",
-           metadata_version, "log.message.format.version"),
+           metadata_version, "log.message.format.version", applied=False),
     _topic("message.timestamp.after.max.ms", _LONG, LONG_MAX, "Max lead of a CreateTime timestamp over the broker.",
            at_least(0), "log.message.timestamp.after.max.ms"),
     _topic("message.timestamp.before.max.ms", _LONG, LONG_MAX, "Max age of a CreateTime timestamp at append.",
@@ -623,10 +653,13 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
     _topic("min.insync.replicas", _INT, "1", "Minimum in-sync replicas that must acknowledge an acks=all write.",
            at_least(1), "min.insync.replicas"),
     _topic("preallocate", _BOOL, "false", "Preallocate segment files when they are created.",
-           None, "log.preallocate"),
-    _topic("remote.log.copy.disable", _BOOL, "false", "Tiered storage: stop copying segments to remote storage."),
-    _topic("remote.log.delete.on.disable", _BOOL, "false", "Tiered storage: delete remote data when disabled."),
-    _topic("remote.storage.enable", _BOOL, "false", "Tiered storage: enable remote storage for the topic."),
+           None, "log.preallocate", applied=False),
+    _topic("remote.log.copy.disable", _BOOL, "false", "Tiered storage: stop copying segments to remote storage.",
+           applied=False),
+    _topic("remote.log.delete.on.disable", _BOOL, "false", "Tiered storage: delete remote data when disabled.",
+           applied=False),
+    _topic("remote.storage.enable", _BOOL, "false", "Tiered storage: enable remote storage for the topic.",
+           applied=False),
     _topic("retention.bytes", _LONG, "-1", "Max size of a partition's log before old segments are deleted.",
            None, "log.retention.bytes"),
     _topic("retention.ms", _LONG, "604800000", "Time a segment is kept before deletion; -1 = no limit.",
@@ -637,7 +670,7 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
     _topic("segment.index.bytes", _INT, "10485760", "The maximum size in bytes of the offset index.",
            at_least(4), "log.index.size.max.bytes"),
     _topic("segment.jitter.ms", _LONG, "0", "Max random jitter subtracted from segment.ms.",
-           at_least(0), "log.roll.jitter.ms", ("log.roll.jitter.hours", MS_PER_HOUR)),
+           at_least(0), "log.roll.jitter.ms", ("log.roll.jitter.hours", MS_PER_HOUR), applied=False),
     _topic("segment.ms", _LONG, "604800000", "Time after which a segment is rolled even if not full.",
            at_least(1), "log.roll.ms", ("log.roll.hours", MS_PER_HOUR)),
     _topic("unclean.leader.election.enable", _BOOL, "false", "Allow out-of-sync replicas to become leader.",
@@ -648,10 +681,14 @@ TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({key.name: key fo
 
 
 def _with_topic_links(keys: Iterable[BrokerConfigKey]) -> dict[str, BrokerConfigKey]:
-    topic_for_broker_key = {
-        broker_key: topic.name for topic in _TOPIC_CONFIG_LIST for broker_key in topic.broker_keys
-    }
-    return {key.name: replace(key, topic_config=topic_for_broker_key.get(key.name)) for key in keys}
+    topic_for_broker_key = {broker_key: topic for topic in _TOPIC_CONFIG_LIST for broker_key in topic.broker_keys}
+    linked = {}
+    for key in keys:
+        topic = topic_for_broker_key.get(key.name)
+        if topic is not None:
+            key = replace(key, topic_config=topic.name, applied=key.applied and topic.applied)
+        linked[key.name] = key
+    return linked
 
 
 BROKER_CONFIGS: Mapping[str, BrokerConfigKey] = MappingProxyType(_with_topic_links(_BROKER_CONFIG_LIST))
@@ -669,6 +706,12 @@ KAFKACOMPAT_DEFAULTS: Mapping[str, str] = MappingProxyType(
 def default_broker_values() -> dict[str, str | None]:
     """Every broker key's value when nothing is configured (kafkacompat's defaults)."""
     return {name: KAFKACOMPAT_DEFAULTS.get(name, key.default) for name, key in BROKER_CONFIGS.items()}
+
+
+def broker_default(name: str) -> Any:
+    """A broker key's parsed default (kafkacompat's, see KAFKACOMPAT_DEFAULTS)."""
+    key = BROKER_CONFIGS[name]
+    return key.parse(KAFKACOMPAT_DEFAULTS.get(name, key.default))
 
 
 def default_broker_sources() -> dict[str, str]:
@@ -917,117 +960,56 @@ def _check_compaction_lags(typed: Mapping[str, Any]) -> None:
 _NO_OVERRIDES: Mapping[str, str] = MappingProxyType({})
 
 
-@dataclass
 class BrokerConfig:
     """Everything the broker is configured with.
 
-    Typed attributes named after Kafka keys (``num_partitions`` <- ``num.partitions``) hold the
-    parsed values; ``host``/``port``/``listener_name`` come from the served listener,
-    ``advertised_host``/``advertised_port`` from advertised.listeners, ``data_dir`` from log.dirs /
-    log.dir. ``values`` holds every broker key's effective value as a string (None for unset
-    nullable keys) and ``sources`` whether it came from defaults ('DEFAULT_CONFIG') or from the
-    file, --set or CLI flags ('STATIC_BROKER_CONFIG') -- what DescribeConfigs reports.
+    Every broker key's parsed value is an attribute named after it (``num_partitions`` <-
+    ``num.partitions``), derived from BROKER_CONFIGS; besides, ``host``/``port``/``listener_name``/
+    ``security_protocol`` come from the served listener, ``advertised_host``/``advertised_port`` from
+    advertised.listeners, ``data_dir`` from log.dirs / log.dir, and ``broker_id`` is broker.id and
+    node.id reconciled. ``values`` holds every broker key's effective value as a string (None for
+    unset nullable keys) and ``sources`` whether it came from defaults ('DEFAULT_CONFIG') or from
+    the file, --set or CLI flags ('STATIC_BROKER_CONFIG') -- what DescribeConfigs reports.
 
-    Build it with ``BrokerConfig.load(...)``. Constructing it directly (e.g. in tests) is fine too:
-    attributes that differ from ``values`` are written back into ``values`` as static configs, so
-    DescribeConfigs never disagrees with what the broker actually uses.
+    Build it with ``BrokerConfig.load(...)``, or directly with keyword arguments named like the
+    attributes (``BrokerConfig(num_partitions=3, port=0)``, e.g. in tests): they are static configs
+    exactly as the same keys given with ``--set`` (host, port, data_dir, broker_id, advertised_host
+    and advertised_port act as the CLI flags do), so DescribeConfigs never disagrees with what the
+    broker uses.
     """
 
-    broker_id: int = 0
-    host: str = "0.0.0.0"
-    port: int = 9092
-    listener_name: str = "PLAINTEXT"
-    security_protocol: str = "PLAINTEXT"
-    advertised_host: str | None = None
-    advertised_port: int | None = None
-    data_dir: Path = Path("./data")
-    broker_rack: str | None = None
-    # metadata store
-    zookeeper_connect: str | None = None
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int | None = None  # None: use zookeeper_session_timeout_ms
-    # socket server
-    socket_request_max_bytes: int = 104857600
-    socket_send_buffer_bytes: int = 102400
-    socket_receive_buffer_bytes: int = 102400
-    connections_max_idle_ms: int = 600000
-    queued_max_requests: int = 500
-    max_connections: int = 2147483647
-    max_connections_per_ip: int = 2147483647
-    request_timeout_ms: int = 30000
-    controlled_shutdown_enable: bool = True
-    controlled_shutdown_max_retries: int = 3
-    controlled_shutdown_retry_backoff_ms: int = 5000
-    # topics
-    num_partitions: int = 1
-    default_replication_factor: int = 1
-    auto_create_topics_enable: bool = True
-    delete_topic_enable: bool = True
-    message_max_bytes: int = 1048588
-    min_insync_replicas: int = 1
-    unclean_leader_election_enable: bool = False
-    # log manager (per-topic log settings: see topic_defaults())
-    log_retention_check_interval_ms: int = 300000
-    log_flush_scheduler_interval_ms: int = 9223372036854775807
-    log_flush_offset_checkpoint_interval_ms: int = 60000
-    log_flush_start_offset_checkpoint_interval_ms: int = 60000
-    num_recovery_threads_per_data_dir: int = 1
-    log_cleaner_enable: bool = True
-    log_cleaner_threads: int = 1
-    log_cleaner_backoff_ms: int = 15000
-    log_cleaner_dedupe_buffer_size: int = 134217728
-    log_cleaner_io_buffer_size: int = 524288
-    log_cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308
-    # replication
-    replica_lag_time_max_ms: int = 30000
-    replica_socket_timeout_ms: int = 30000
-    replica_fetch_max_bytes: int = 1048576
-    replica_fetch_wait_max_ms: int = 500
-    replica_fetch_min_bytes: int = 1
-    replica_fetch_backoff_ms: int = 1000
-    replica_fetch_response_max_bytes: int = 10485760
-    num_replica_fetchers: int = 1
-    replica_high_watermark_checkpoint_interval_ms: int = 5000
-    fetch_max_bytes: int = 57671680
-    max_incremental_fetch_session_cache_slots: int = 1000
-    auto_leader_rebalance_enable: bool = True
-    leader_imbalance_per_broker_percentage: int = 10
-    leader_imbalance_check_interval_seconds: int = 300
-    controller_socket_timeout_ms: int = 30000
-    # consumer groups and offsets
-    group_min_session_timeout_ms: int = 6000
-    group_max_session_timeout_ms: int = 1800000
-    group_initial_rebalance_delay_ms: int = 3000
-    group_max_size: int = 2147483647
-    offset_metadata_max_bytes: int = 4096
-    offsets_load_buffer_size: int = 5242880
-    offsets_topic_replication_factor: int = 3
-    offsets_topic_num_partitions: int = 50
-    offsets_topic_segment_bytes: int = 104857600
-    offsets_topic_compression_codec: int = 0
-    offsets_retention_minutes: int = 10080
-    offsets_retention_check_interval_ms: int = 600000
-    offsets_commit_timeout_ms: int = 5000
-    # transactions and idempotent producers
-    transactional_id_expiration_ms: int = 604800000
-    transaction_max_timeout_ms: int = 900000
-    transaction_state_log_min_isr: int = 2
-    transaction_state_log_load_buffer_size: int = 5242880
-    transaction_state_log_replication_factor: int = 3
-    transaction_state_log_num_partitions: int = 50
-    transaction_state_log_segment_bytes: int = 104857600
-    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10000
-    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3600000
-    transaction_partition_verification_enable: bool = True
-    producer_id_expiration_ms: int = 86400000
-    producer_id_expiration_check_interval_ms: int = 600000
-    # what DescribeConfigs reports
-    values: dict[str, str | None] = field(default_factory=default_broker_values, repr=False)
-    sources: dict[str, str] = field(default_factory=default_broker_sources, repr=False)
+    host: str
+    port: int
+    listener_name: str
+    security_protocol: str
+    advertised_host: str | None
+    advertised_port: int | None
+    data_dir: Path
+    broker_id: int
+    zookeeper_connect: str | None
+    values: dict[str, str | None]
+    sources: dict[str, str]
 
-    def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
-        _write_attributes_into_values(self)
+    if TYPE_CHECKING:  # the attributes of the other keys are set from the table
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def __init__(self, **settings: Any) -> None:
+        flags = {name: settings.pop(name) for name in _FLAG_SETTINGS if name in settings}
+        unknown = sorted(set(settings) - set(_KEY_OF_ATTRIBUTE))
+        if unknown:
+            raise TypeError(f"BrokerConfig() got unknown settings: {', '.join(unknown)}")
+        static = {_KEY_OF_ATTRIBUTE[name]: format_value(value) for name, value in settings.items() if value is not None}
+        _apply_cli_flags(static, **flags)
+        self._configure(static)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BrokerConfig) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        static = ", ".join(f"{key}={self.values[key]}" for key in sorted(self.values)
+                           if self.sources[key] == STATIC_BROKER_CONFIG)
+        return f"BrokerConfig({static})"
 
     # -- loading --------------------------------------------------------------------------------
 
@@ -1050,14 +1032,15 @@ class BrokerConfig:
         if config_file is not None:
             configured.update(load_properties(config_file))
         configured.update({str(key): str(value) for key, value in overrides.items()})
-        static = {key: value.strip() for key, value in _known_keys_only(configured).items()}
+        static: dict[str, str | None] = {key: value.strip() for key, value in _known_keys_only(configured).items()}
         _apply_cli_flags(
             static, host=host, port=port, data_dir=data_dir, broker_id=broker_id, advertised_host=advertised_host
         )
-        return cls._from_static_configs(static)
+        config = cls.__new__(cls)
+        config._configure(static)
+        return config
 
-    @classmethod
-    def _from_static_configs(cls, static: Mapping[str, str]) -> BrokerConfig:
+    def _configure(self, static: Mapping[str, str | None]) -> None:
         values = default_broker_values()
         sources = default_broker_sources()
         for key, value in static.items():
@@ -1067,19 +1050,48 @@ class BrokerConfig:
         broker_id = _reconcile_broker_and_node_id(values, sources, typed)
         served, advertised, protocol = _resolve_listeners(typed)
         _check_retention_ms(typed)
-        attributes = {attr: typed[key] for attr, key in _ATTRIBUTE_KEYS.items()}
-        attributes.update(
-            broker_id=broker_id,
-            host=served.host or "0.0.0.0",
-            port=served.port,
-            listener_name=served.name,
-            security_protocol=protocol,
-            advertised_host=(advertised.host or None) if advertised else None,
-            advertised_port=advertised.port if advertised else None,
-            data_dir=_resolve_data_dir(typed),
-            zookeeper_connect=typed["zookeeper.connect"] or None,
-        )
-        return cls(**attributes, values=values, sources=sources)
+        self.__dict__.update({attribute: typed[key] for attribute, key in _ATTRIBUTE_KEYS.items()})
+        self.host = served.host or "0.0.0.0"
+        self.port = served.port
+        self.listener_name = served.name
+        self.security_protocol = protocol
+        self.advertised_host = (advertised.host or None) if advertised else None
+        self.advertised_port = advertised.port if advertised else None
+        self.data_dir = _resolve_data_dir(typed)
+        self.broker_id = broker_id
+        self.zookeeper_connect = typed["zookeeper.connect"] or None
+        self.values = values
+        self.sources = sources
+
+    # -- settings without effect ----------------------------------------------------------------
+
+    def settings_without_effect(self) -> dict[str, str | None]:
+        """The keys configured to another value than their default that kafkacompat accepts for
+        compatibility but does not act on (``applied=False`` in the table), with their values."""
+        defaults = default_broker_values()
+        return {
+            name: self.values[name]
+            for name, key in sorted(BROKER_CONFIGS.items())
+            if not key.applied
+            and self.sources[name] == STATIC_BROKER_CONFIG
+            and key.parse(self.values[name]) != key.parse(defaults[name])
+        }
+
+    def warn_about_settings_without_effect(self) -> None:
+        """One start-up warning naming what is configured but not done (nothing is silently ignored)."""
+        ignored = self.settings_without_effect()
+        if ignored:
+            logger.warning(
+                "These settings are accepted for compatibility but have no effect in kafkacompat: %s",
+                ", ".join(f"{name}={value}" for name, value in ignored.items()),
+            )
+        if self.security_protocol != "PLAINTEXT":
+            logger.warning(
+                "Listener %s is mapped to %s in listener.security.protocol.map, but kafkacompat speaks "
+                "PLAINTEXT only: clients must connect without TLS or SASL",
+                self.listener_name,
+                self.security_protocol,
+            )
 
     # -- topic defaults -------------------------------------------------------------------------
 
@@ -1145,18 +1157,14 @@ class BrokerConfig:
         return "localhost", port
 
 
-def _attribute_keys() -> dict[str, str]:
-    """BrokerConfig attributes that mirror one Kafka key each (num_partitions <- num.partitions)."""
-    special = {"broker_id", "zookeeper_connect"}
-    keys = {}
-    for attribute in fields(BrokerConfig):
-        key = attribute.name.replace("_", ".")
-        if key in BROKER_CONFIGS and attribute.name not in special:
-            keys[attribute.name] = key
-    return keys
-
-
-_ATTRIBUTE_KEYS: Mapping[str, str] = MappingProxyType(_attribute_keys())
+# BrokerConfig keyword arguments that stand for the CLI flags (and advertised.listeners' port).
+_FLAG_SETTINGS = ("host", "port", "data_dir", "broker_id", "advertised_host", "advertised_port")
+_KEY_OF_ATTRIBUTE: Mapping[str, str] = MappingProxyType({key.attribute: name for name, key in BROKER_CONFIGS.items()})
+# Attributes that are more than their key's parse: broker.id with node.id, zookeeper.connect ("" = None).
+_RECONCILED_ATTRIBUTES = ("broker_id", "zookeeper_connect")
+_ATTRIBUTE_KEYS: Mapping[str, str] = MappingProxyType(
+    {attribute: name for attribute, name in _KEY_OF_ATTRIBUTE.items() if attribute not in _RECONCILED_ATTRIBUTES}
+)
 
 
 def _known_keys_only(configured: Mapping[str, str]) -> dict[str, str]:
@@ -1170,13 +1178,14 @@ def _known_keys_only(configured: Mapping[str, str]) -> dict[str, str]:
 
 
 def _apply_cli_flags(
-    static: dict[str, str],
+    static: dict[str, str | None],
     *,
-    host: str | None,
-    port: int | None,
-    data_dir: Path | str | None,
-    broker_id: int | None,
-    advertised_host: str | None,
+    host: str | None = None,
+    port: int | None = None,
+    data_dir: Path | str | None = None,
+    broker_id: int | None = None,
+    advertised_host: str | None = None,
+    advertised_port: int | None = None,
 ) -> None:
     """Write explicit CLI flags over the configured keys they stand for."""
     if port is not None and not 0 <= port <= 65535:
@@ -1189,17 +1198,17 @@ def _apply_cli_flags(
         static["log.dirs"] = str(data_dir)
     if host is not None or port is not None:
         _override_served_listener(static, host, port)
-    if advertised_host is not None:
-        _override_advertised_host(static, advertised_host)
+    if advertised_host is not None or advertised_port is not None:
+        _override_advertised(static, advertised_host, advertised_port)
 
 
-def _served_listener(static: Mapping[str, str]) -> tuple[list[Listener], int]:
+def _served_listener(static: Mapping[str, str | None]) -> tuple[list[Listener], int]:
     listeners = parse_listeners("listeners", static.get("listeners", BROKER_CONFIGS["listeners"].default))
     controller_names = _controller_listener_names(static.get("controller.listener.names"))
     return listeners, _served_listener_index(listeners, controller_names)
 
 
-def _override_served_listener(static: dict[str, str], host: str | None, port: int | None) -> None:
+def _override_served_listener(static: dict[str, str | None], host: str | None, port: int | None) -> None:
     listeners, index = _served_listener(static)
     current = listeners[index]
     listeners[index] = Listener(
@@ -1208,16 +1217,19 @@ def _override_served_listener(static: dict[str, str], host: str | None, port: in
     static["listeners"] = format_listeners(listeners)
 
 
-def _override_advertised_host(static: dict[str, str], advertised_host: str) -> None:
+def _override_advertised(static: dict[str, str | None], host: str | None, port: int | None) -> None:
+    """The served listener's advertised.listeners entry gets ``host`` and/or ``port`` (added when
+    missing: then the other one defaults to the listen port, or to no host, as without it)."""
     listeners, index = _served_listener(static)
     served = listeners[index]
     advertised = parse_listeners("advertised.listeners", static.get("advertised.listeners"))
     for position, listener in enumerate(advertised):
         if listener.name == served.name:
-            advertised[position] = Listener(listener.name, advertised_host, listener.port)
+            advertised[position] = Listener(listener.name, listener.host if host is None else host,
+                                            listener.port if port is None else port)
             break
     else:
-        advertised.append(Listener(served.name, advertised_host, served.port))
+        advertised.append(Listener(served.name, host or "", served.port if port is None else port))
     static["advertised.listeners"] = format_listeners(advertised)
 
 
@@ -1300,55 +1312,3 @@ def _check_retention_ms(typed: Mapping[str, Any]) -> None:
                 raise ConfigError.invalid(key, typed[key], "log retention must be unlimited (-1) or at least 1 ms")
             return
 
-
-def _write_attributes_into_values(config: BrokerConfig) -> None:
-    """Make ``values``/``sources`` agree with the typed attributes (for directly built configs)."""
-    for attribute, key in _ATTRIBUTE_KEYS.items():
-        _record_if_changed(config, key, getattr(config, attribute))
-    for key in ("broker.id", "node.id"):
-        _record_if_changed(config, key, config.broker_id)
-    _record_if_changed(config, "zookeeper.connect", config.zookeeper_connect)
-    _write_listeners_into_values(config)
-    _write_data_dir_into_values(config)
-
-
-def _record_if_changed(config: BrokerConfig, key: str, value: Any) -> None:
-    try:
-        current = BROKER_CONFIGS[key].parse(config.values.get(key))
-    except ConfigError:
-        current = object()
-    if current != value and not (key == "zookeeper.connect" and not current and not value):
-        config.values[key] = format_value(value)
-        config.sources[key] = STATIC_BROKER_CONFIG
-
-
-def _write_listeners_into_values(config: BrokerConfig) -> None:
-    static = {k: v for k, v in config.values.items() if v is not None}
-    listeners, index = _served_listener(static)
-    wanted = Listener(config.listener_name, config.host, config.port)
-    current = listeners[index]
-    if (current.name, current.host or "0.0.0.0", current.port) != (wanted.name, wanted.host, wanted.port):
-        listeners[index] = wanted
-        config.values["listeners"] = format_listeners(listeners)
-        config.sources["listeners"] = STATIC_BROKER_CONFIG
-    advertised = parse_listeners("advertised.listeners", config.values.get("advertised.listeners"))
-    current_advertised = next((a for a in advertised if a.name == config.listener_name), None)
-    if config.advertised_host is None and config.advertised_port is None:
-        return
-    wanted_advertised = Listener(
-        config.listener_name,
-        config.advertised_host or "",
-        config.advertised_port if config.advertised_port is not None else config.port,
-    )
-    if current_advertised != wanted_advertised:
-        others = [a for a in advertised if a.name != config.listener_name]
-        config.values["advertised.listeners"] = format_listeners([wanted_advertised, *others])
-        config.sources["advertised.listeners"] = STATIC_BROKER_CONFIG
-
-
-def _write_data_dir_into_values(config: BrokerConfig) -> None:
-    key = "log.dirs" if config.values.get("log.dirs") is not None else "log.dir"
-    directories = [d for d in parse_value(key, _LIST, config.values.get(key)) if d]
-    if not directories or Path(directories[0]) != config.data_dir:
-        config.values["log.dirs"] = str(config.data_dir)
-        config.sources["log.dirs"] = STATIC_BROKER_CONFIG

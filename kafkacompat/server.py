@@ -8,11 +8,25 @@ client sends can reach past its own connection task.
 Connection limits as Kafka's SocketServer: ``max.connections.per.ip`` closes a new connection
 from an address that already has that many; ``max.connections`` stops accepting (new clients
 wait in the listen backlog) until one closes; ``connections.max.idle.ms`` closes a connection
-that has neither received a request nor been busy with one for that long.
+that has neither received a request nor been busy with one for that long, or whose client has
+not taken a byte of its response for that long (Kafka's Selector counts no activity either).
+
+Memory per connection stays small and bounded whatever the client does: an idle connection holds
+a 4 KiB read buffer (a larger frame gets its own buffer, handed to the handler and dropped after
+it); the connection reads nothing while it sends a response, so a client that does not read its
+socket stops being read from; a response streamed a piece at a time (down-converted records,
+produced in a worker thread) keeps one piece in memory, and all connections together at most
+``UNSENT_BYTES_LIMIT`` of them (a connection waits for room before converting its next piece).
+
+Descriptor exhaustion (EMFILE, ENFILE) and kernel memory pressure (ENOBUFS, ENOMEM) on accept
+are waited out (retried every 100 ms, as trio's serve_listeners does), logged once per burst; a
+connection aborted before it was accepted is skipped.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import itertools
 import logging
@@ -23,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from kafkacompat.wire.chunks import Chunk, FileRegion, close_chunks
+from kafkacompat.wire.chunks import Chunk, FileRegion, StreamedChunk, close_chunks
 from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, parse_request_header
 
 if TYPE_CHECKING:
@@ -36,6 +50,59 @@ _SENDMSG_MAX_BUFFERS = 64
 # File regions up to this size are read (pread) into the response's writev instead of being
 # sent with a separate sendfile: one syscall and one TCP segment for a small fetch response.
 _INLINE_FILE_BYTES = 16 * 1024
+# Streamed pieces (converted records) held in memory by all connections of a listener until sent.
+UNSENT_BYTES_LIMIT = 32 * 1024 * 1024
+# accept() errors that mean "out of descriptors or kernel memory for now": wait and retry
+# (trio's serve_listeners sleeps 100 ms too); and errors of one connection that died in the
+# backlog, to skip (trio's SocketListener ignores them).
+_ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+_ACCEPT_IGNORED_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ECONNABORTED", "EPERM", "EPROTO", "ENETDOWN", "ENOPROTOOPT", "EHOSTDOWN", "ENONET", "EHOSTUNREACH",
+    "EOPNOTSUPP", "ENETUNREACH") if hasattr(errno, name))
+_ACCEPT_RETRY_SECONDS = 0.1
+_ACCEPT_QUIET_SECONDS = 10.0
+# After this many connections closed (or one that streamed a response: its pieces were large),
+# hand the memory they freed back to the system: glibc keeps freed heap pages below live
+# allocations otherwise (a burst of connections would leave the broker's RSS at its peak).
+# malloc_trim takes under a millisecond; the idle check also trims after any close.
+_TRIM_AFTER_CLOSES = 64
+
+
+def _load_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _return_freed_memory() -> None:
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+class UnsentBytes:
+    """The bytes of streamed response pieces produced but not yet sent, across connections: a
+    connection waits for room before it produces its next piece."""
+
+    def __init__(self, limit: int = UNSENT_BYTES_LIMIT) -> None:
+        self.limit = limit
+        self.in_use = 0
+        self._freed = trio.Event()
+
+    async def wait_for_room(self) -> None:
+        while self.in_use >= self.limit:
+            await self._freed.wait()
+
+    def hold(self, count: int) -> None:
+        self.in_use += count
+
+    def release(self, count: int) -> None:
+        self.in_use -= count
+        self._freed.set()
+        self._freed = trio.Event()
 
 
 class ConnectionClosed(Exception):
@@ -45,13 +112,17 @@ class ConnectionClosed(Exception):
 class Connection:
     """One client connection: reads frames, hands them to the broker, writes responses."""
 
-    def __init__(self, broker: "Broker", sock: trio.socket.SocketType) -> None:
+    def __init__(self, broker: "Broker", sock: trio.socket.SocketType, unsent: UnsentBytes | None = None) -> None:
         self.broker = broker
         self.sock = sock
         self.fd = sock.fileno()
         self._waited = False
         self.last_active = time.monotonic()
         self.busy = False  # handling a request (a parked JoinGroup or long poll is not idleness)
+        self.send_stalled = False  # waiting for the client to take response bytes (that is idleness)
+        self.unsent = unsent if unsent is not None else UnsentBytes()
+        self.unsent_held = 0  # this connection's part of unsent.in_use
+        self.streamed = False  # has sent a streamed response (its pieces' memory is returned at close)
         self.cancel_scope: trio.CancelScope | None = None
         self.id = next(_connection_ids)
         self.peer = self.client_host = "unknown"
@@ -97,6 +168,7 @@ class Connection:
             log.exception("Closing %s after an internal error; other clients are unaffected", self.describe())
         finally:
             self.sock.close()
+            self.decoder.close()
 
     # The socket calls below go straight to the (non-blocking) descriptor and wait for epoll only
     # when the kernel says EAGAIN. trio's socket methods would add a scheduler pass after every
@@ -135,10 +207,15 @@ class Connection:
     async def send_chunks(self, chunks: list[Chunk]) -> None:
         """Send the chunks in order: memory chunks gathered into one writev, file regions up to
         _INLINE_FILE_BYTES read into it too (one syscall for a small fetch response), larger
-        regions with sendfile."""
+        regions with sendfile, streamed chunks a piece at a time."""
         pending: list[Chunk] = []
         for chunk in chunks:
-            if isinstance(chunk, FileRegion):
+            if isinstance(chunk, StreamedChunk):
+                if pending:
+                    await self._send_buffers(pending)
+                    pending = []
+                await self._send_streamed(chunk)
+            elif isinstance(chunk, FileRegion):
                 if chunk.length <= _INLINE_FILE_BYTES:
                     data = os.pread(chunk.fd, chunk.length, chunk.offset)
                     if len(data) != chunk.length:
@@ -153,6 +230,36 @@ class Connection:
                 pending.append(chunk)
         if pending:
             await self._send_buffers(pending)
+
+    async def _send_streamed(self, chunk: StreamedChunk) -> None:
+        """Produce a piece only when the listener's unsent pieces leave room, then send it.
+        Producing one is CPU work (down-conversion, milliseconds for a piece, more for a large
+        compressed batch): it runs in a worker thread, so the event loop gets its turns at
+        the interpreter's switch interval meanwhile."""
+        unsent = self.unsent
+        self.streamed = True
+        while True:
+            await unsent.wait_for_room()
+            piece = await trio.to_thread.run_sync(next, chunk.pieces, None)
+            if piece is None:
+                return
+            self.unsent_held = len(piece)
+            unsent.hold(self.unsent_held)
+            try:
+                await self._send_buffers([piece])
+            finally:
+                unsent.release(self.unsent_held)
+                self.unsent_held = 0
+            del piece
+
+    async def _wait_writable(self) -> None:
+        """The client has not taken what was sent: wait, counted as idle time."""
+        self.send_stalled = True
+        try:
+            await trio.lowlevel.wait_writable(self.sock)
+        finally:
+            self.send_stalled = False
+        self.last_active = time.monotonic()
 
     async def _send_buffers(self, buffers: list[Chunk]) -> None:
         fd = self.fd
@@ -179,7 +286,7 @@ class Connection:
             try:
                 sent = os.writev(fd, views[:_SENDMSG_MAX_BUFFERS])
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.sock)
+                await self._wait_writable()
                 sent = 0
 
     async def _send_file(self, region: FileRegion) -> None:
@@ -189,7 +296,7 @@ class Connection:
             try:
                 sent = os.sendfile(fd, region.fd, offset, remaining)
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.sock)
+                await self._wait_writable()
                 continue
             if sent == 0:
                 raise ConnectionClosed("file shrank under an in-flight fetch")
@@ -205,6 +312,8 @@ class ConnectionLimits:
         self.connections: set[Connection] = set()
         self.per_ip: dict[str, int] = {}
         self._slot_freed = trio.Event()
+        self.unsent = UnsentBytes()
+        self._closed_since_trim = 0
 
     def admit(self, connection: Connection) -> bool:
         """Count a new connection in, unless its address already has max.connections.per.ip."""
@@ -227,6 +336,10 @@ class ConnectionLimits:
                 del self.per_ip[host]
             self._slot_freed.set()
             self._slot_freed = trio.Event()
+            self._closed_since_trim += 1
+            if self._closed_since_trim >= _TRIM_AFTER_CLOSES or connection.streamed:
+                self._closed_since_trim = 0
+                _return_freed_memory()
 
     async def wait_for_slot(self) -> None:
         """Kafka's Acceptor blocks while max.connections are open."""
@@ -243,10 +356,14 @@ class ConnectionLimits:
         while True:
             idle_ms = self.broker.config.connections_max_idle_ms
             await trio.sleep(max(idle_ms / 1000 / 4, 0.05) if idle_ms >= 0 else 60)
+            if self._closed_since_trim:
+                self._closed_since_trim = 0
+                _return_freed_memory()
             if idle_ms < 0:
                 continue
             cutoff = time.monotonic() - idle_ms / 1000
-            for connection in [c for c in self.connections if not c.busy and c.last_active < cutoff]:
+            for connection in [c for c in self.connections
+                               if (not c.busy or c.send_stalled) and c.last_active < cutoff]:
                 if connection.cancel_scope is not None and not connection.cancel_scope.cancel_called:
                     log.info("Closing %s: idle for more than connections.max.idle.ms (%d ms)",
                              connection.describe(), idle_ms)
@@ -265,19 +382,67 @@ async def serve_listener(broker: "Broker", host: str, port: int, *, task_status=
     listener.listen(1024)
     bound_port = listener.getsockname()[1]
     limits = ConnectionLimits(broker)
+    exhaustion = _AcceptExhaustion(limits)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(limits.close_idle)
         task_status.started(bound_port)
         with listener:
             while True:
                 await limits.wait_for_slot()
-                sock, _ = await listener.accept()
-                sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
-                connection = Connection(broker, sock)
+                sock = await _accept(listener, exhaustion)
+                try:
+                    sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+                except OSError:
+                    sock.close()  # reset before we got to it
+                    continue
+                connection = Connection(broker, sock, limits.unsent)
                 if limits.admit(connection):
                     nursery.start_soon(_serve_counted, connection, limits)
                 else:
                     sock.close()
+
+
+async def _accept(listener: trio.socket.SocketType, exhaustion: "_AcceptExhaustion") -> trio.socket.SocketType:
+    """The next connection. Out of descriptors or kernel memory: wait for connections to close
+    and retry (the clients wait in the listen backlog meanwhile)."""
+    while True:
+        try:
+            sock, _ = await listener.accept()
+        except OSError as exc:
+            if exc.errno in _ACCEPT_IGNORED_ERRNOS:
+                continue
+            if exc.errno not in _ACCEPT_CAPACITY_ERRNOS:
+                raise
+            exhaustion.failed(exc)
+            await trio.sleep(_ACCEPT_RETRY_SECONDS)
+            continue
+        exhaustion.accepted()
+        return sock
+
+
+class _AcceptExhaustion:
+    """Says what happened and what to do once per burst of accept failures (a burst ends after
+    _ACCEPT_QUIET_SECONDS without one), and once that accepting resumed."""
+
+    def __init__(self, limits: ConnectionLimits) -> None:
+        self.limits = limits
+        self.last_failure = -_ACCEPT_QUIET_SECONDS
+        self.started: float | None = None
+
+    def failed(self, exc: OSError) -> None:
+        now = time.monotonic()
+        if now - self.last_failure > _ACCEPT_QUIET_SECONDS:
+            self.started = now
+            log.warning(
+                "Cannot accept new connections: %s (%d connections open). New clients wait in the listen "
+                "backlog until connections close; raise the open-files limit (ulimit -n, systemd's "
+                "LimitNOFILE=) or lower max.connections", os.strerror(exc.errno), len(self.limits.connections))
+        self.last_failure = now
+
+    def accepted(self) -> None:
+        if self.started is not None:
+            log.warning("Accepting connections again, %.1f s after accept first failed", time.monotonic() - self.started)
+            self.started = None
 
 
 async def _serve_counted(connection: Connection, limits: ConnectionLimits) -> None:

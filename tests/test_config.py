@@ -635,6 +635,64 @@ def test_direct_construction_keeps_values_in_step(tmp_path: Path) -> None:
     assert advertised.values["advertised.listeners"] == "PLAINTEXT://public:1234"
 
 
+def test_direct_construction_is_the_same_as_set() -> None:
+    direct = BrokerConfig(num_partitions=3, log_cleaner_enable=False, zookeeper_connect="zk:2181", port=0)
+    loaded = BrokerConfig.load(None, {"num.partitions": "3", "log.cleaner.enable": "false",
+                                      "zookeeper.connect": "zk:2181"}, port=0)
+    assert direct == loaded
+    assert (direct.num_partitions, direct.log_cleaner_enable, direct.zookeeper_connect) == (3, False, "zk:2181")
+    with pytest.raises(TypeError, match="num_partition"):
+        BrokerConfig(num_partition=3)
+    with pytest.raises(ConfigError, match="num.partitions"):
+        BrokerConfig(num_partitions=0)  # validated like any configured value
+
+
+def test_every_broker_key_is_an_attribute() -> None:
+    config = BrokerConfig.load(None, {"log.cleaner.io.buffer.load.factor": "0.5", "num.io.threads": "16"})
+    for name, key in BROKER_CONFIGS.items():
+        assert hasattr(config, key.attribute), name
+    assert (config.log_cleaner_io_buffer_load_factor, config.num_io_threads) == (0.5, 16)
+
+
+# -- accepted but not applied -------------------------------------------------------------------
+
+
+def test_settings_without_effect_are_the_non_default_ones_the_table_marks() -> None:
+    config = BrokerConfig.load(None, {
+        "num.io.threads": "16",  # not applied, not the default
+        "num.network.threads": "3",  # not applied, but the default
+        "socket.send.buffer.bytes": " 65536",
+        "log.preallocate": "true",  # its topic config (preallocate) is not applied
+        "num.partitions": "4",  # applied
+        "log.flush.interval.messages": "1",  # applied (flush.messages)
+    })
+    assert config.settings_without_effect() == {
+        "log.preallocate": "true", "num.io.threads": "16", "socket.send.buffer.bytes": "65536",
+    }
+    assert BrokerConfig.load().settings_without_effect() == {}
+    assert not BROKER_CONFIGS["log.preallocate"].applied and not TOPIC_CONFIGS["preallocate"].applied
+    assert BROKER_CONFIGS["log.cleaner.io.buffer.load.factor"].applied
+    assert BROKER_CONFIGS["log.flush.scheduler.interval.ms"].applied and TOPIC_CONFIGS["flush.ms"].applied
+
+
+def test_one_start_up_warning_names_them(caplog: pytest.LogCaptureFixture) -> None:
+    config = BrokerConfig.load(None, {"num.io.threads": "16", "transaction.max.timeout.ms": "60000"})
+    with caplog.at_level(logging.WARNING, logger="kafkacompat.config"):
+        config.warn_about_settings_without_effect()
+        BrokerConfig.load().warn_about_settings_without_effect()
+    assert [record.getMessage() for record in caplog.records] == [
+        "These settings are accepted for compatibility but have no effect in kafkacompat: "
+        "num.io.threads=16, transaction.max.timeout.ms=60000"
+    ]
+
+
+def test_a_listener_that_is_not_plaintext_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    config = BrokerConfig.load(None, {"listeners": "SSL://:9093"})
+    with caplog.at_level(logging.WARNING, logger="kafkacompat.config"):
+        config.warn_about_settings_without_effect()
+    assert "Listener SSL is mapped to SSL" in caplog.text and "PLAINTEXT only" in caplog.text
+
+
 # -- topic config validation ----------------------------------------------------------------------
 
 

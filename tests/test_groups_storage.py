@@ -159,7 +159,7 @@ def test_offset_commit_v0_and_v1_decode_and_respond():
     from kafkacompat.wire.codec import response_class
 
     topic_cls = response_class(8).OffsetCommitResponseTopic
-    response = response_class(8)(version=0, topics=[topic_cls(name="t", partitions=[
+    response = response_class(8)(topics=[topic_cls(name="t", partitions=[
         topic_cls.OffsetCommitResponsePartition(partition_index=2, error_code=25)])])
     assert handler.encode(response, 0) == struct.pack(">i", 1) + _s("t") + struct.pack(">iih", 1, 2, 25)
 
@@ -172,7 +172,7 @@ def test_offset_fetch_v0_decode_and_respond():
     from kafkacompat.wire.codec import response_class
 
     topic_cls = response_class(9).OffsetFetchResponseTopic
-    response = response_class(9)(version=0, topics=[topic_cls(name="t", partitions=[
+    response = response_class(9)(topics=[topic_cls(name="t", partitions=[
         topic_cls.OffsetFetchResponsePartition(partition_index=0, committed_offset=5, metadata="m", error_code=0)])])
     assert handler.encode(response, 0) == (struct.pack(">i", 1) + _s("t") + struct.pack(">iiq", 1, 0, 5) + _s("m")
                                           + struct.pack(">h", 0))

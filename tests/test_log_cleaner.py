@@ -10,8 +10,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint
-from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, LogCleaner, SimulatedCrash, log_to_clean
+from kafkacompat.log import LogConfig, PartitionLog, read_checkpoint, swap
+from kafkacompat.config import BrokerConfig
+from kafkacompat.log.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner, log_to_clean
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import DELETE_HORIZON_FLAG, crc_ok, iter_batches, require_record_keys, validate_batches
 
@@ -233,6 +234,20 @@ def test_dirty_ratio_and_the_checkpoint_file(tmp_path):
     assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT)[("t", 0)] == log.segments()[-1].base_offset
 
 
+@pytest.mark.parametrize("load_factor, cleaned_up_to", [("0.9", 16), ("0.5", 10)])
+def test_the_dedupe_buffer_holds_size_over_24_times_the_load_factor_keys(tmp_path, load_factor, cleaned_up_to):
+    broker = BrokerConfig.load(None, {"log.cleaner.dedupe.buffer.size": str(24 * 20),
+                                      "log.cleaner.io.buffer.load.factor": load_factor})
+    log = open_log(tmp_path)
+    for i in range(16):
+        append(log, [(b"k%02d" % i, b"v")])
+    log.roll()
+    append(log, [(b"z", b"active")])
+    cleaner = LogCleaner(tmp_path, lambda: [log], CleanerConfig.from_broker_config(broker))
+    clean(cleaner, log, T0 + HOUR)  # a full map ends the round early: the rest is cleaned next round
+    assert read_checkpoint(tmp_path / CLEANER_CHECKPOINT) == {("t", 0): cleaned_up_to}
+
+
 def test_min_compaction_lag_keeps_recent_segments_dirty(tmp_path):
     log = open_log(tmp_path, min_compaction_lag_ms=HOUR)
     append(log, [(b"k", b"old")], timestamp=T0)
@@ -296,23 +311,41 @@ def test_idempotent_producers_keep_their_last_batch_as_an_empty_batch(tmp_path):
     log.close()
     reopened = PartitionLog.open(log.dir, "t", 0, log.config)
     assert [offset for offset, *_ in records(reopened)] == [2, 3, 4]
-    state = getattr(reopened, "producer_state", None)
-    if state is not None:
-        assert {e.producer_id: e.last_data_offset for e in state.active_producers()}.get(5) == 1
+    active = {e.producer_id: e.last_data_offset for e in reopened.producer_state.active_producers()}
+    assert active.get(5) == 1
     reopened.close()
 
 
-@pytest.mark.parametrize("point", ["cleaned", "swap", "deleted"])
-def test_a_crash_during_the_swap_leaves_a_readable_log_without_loss_or_duplicates(tmp_path, point):
+class Crash(Exception):
+    """The process dies at this step of the swap: nothing after it runs."""
+
+
+# The swap step that crashes, and what is on disk then: .cleaned files (nothing renamed yet), the
+# committed .swap files beside the old segments, or the .swap files with the old segments gone.
+@pytest.mark.parametrize("point, step", [
+    ("cleaned", "commit_swap"), ("swap", "delete_replaced"), ("deleted", "finish_swap"),
+])
+def test_a_crash_during_the_swap_leaves_a_readable_log_without_loss_or_duplicates(tmp_path, monkeypatch, point, step):
     log = open_log(tmp_path, segment_bytes=600)
     for i in range(60):
         append(log, [(b"k%d" % (i % 5), b"value-%03d" % i)])
     append(log, [(b"z", b"active")])
     before = records(log)
     cleaner = cleaner_for(tmp_path, log)
-    cleaner.crash_point = point
-    with pytest.raises(SimulatedCrash):
-        clean(cleaner, log, T0 + HOUR)
+
+    def crash(*args: object) -> None:
+        raise Crash(step)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(swap, step, crash)
+        with pytest.raises(Crash):
+            clean(cleaner, log, T0 + HOUR)
+    names = os.listdir(log.dir)
+    pending = [name[:-len(".swap")] for name in names if name.endswith(".log.swap")]
+    if point == "cleaned":
+        assert any(name.endswith(".log.cleaned") for name in names) and not pending
+    else:  # the old segment at the cleaned segment's base is still there until the deletion step
+        assert pending and all((name in names) == (point == "swap") for name in pending)
     assert any(name.endswith((".cleaned", ".swap")) for name in os.listdir(log.dir))
     log.close()
 

@@ -395,12 +395,11 @@ def test_regions_outlive_segment_deletion_and_cache_eviction(tmp_path):
 
 
 def test_flush_moves_the_recovery_point(tmp_path):
-    log = open_log(tmp_path, flush_messages=5)
+    log = open_log(tmp_path)
     append_batches(log, 2)
-    assert (log.recovery_point, log.unflushed_messages, log.should_flush(0)) == (0, 6, True)
+    assert (log.recovery_point, log.unflushed_messages, log.flushes) == (0, 6, 0)
     log.flush()
-    assert (log.recovery_point, log.should_flush(0)) == (6, False)
-
+    assert (log.recovery_point, log.unflushed_messages, log.flushes) == (6, 0, 1)
 
 
 def test_flush_writes_out_every_index_entry(tmp_path):
@@ -439,10 +438,11 @@ def test_flush_in_a_worker_thread_while_appending(tmp_path):
     assert [path.read_bytes() for path in index_files] == written
 
 
-def test_should_flush_after_flush_ms(tmp_path):
+def test_a_flush_is_due_by_time_after_flush_ms(tmp_path):
     log = open_log(tmp_path, flush_ms=60_000)
     log.flush()
-    append_batches(log, 1)
     now = time.time_ns() // 1_000_000
-    assert not log.should_flush(now)
-    assert log.should_flush(now + 60_000)
+    assert not log.flush_due_by_time(now + 60_000)  # nothing unflushed
+    append_batches(log, 1)
+    assert not log.flush_due_by_time(now)
+    assert log.flush_due_by_time(now + 60_000)

@@ -14,14 +14,10 @@ import trio
 from kafkacompat.broker import Broker, serve
 from kafkacompat.config import BrokerConfig
 from kafkacompat.controller.state import BrokerInfo, PartitionState
-from kafkacompat.handlers.offset_for_leader_epoch import (
-    EpochRequestPartition,
-    EpochRequestTopic,
-    OffsetForLeaderEpochRequestData,
-    handle_offset_for_leader_epoch,
-)
+from kafkacompat.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from kafkacompat.handlers.produce import handle_produce
 from kafkacompat.handlers.registry import RequestContext
+from kafkacompat.wire.codec import request_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.frame import RequestHeader
 from kafkacompat.wire.produce import ProducePartitionData, ProduceRequestData, ProduceTopicData
@@ -260,12 +256,15 @@ async def test_a_returning_old_leader_truncates_its_divergent_tail(cluster):
         assert (await produce(new_leader, [b"new-%d" % i]))[0] == 0
     assert new_leader.partition(TOPIC, 0).epochs.entries() == [(1, 0), (2, 6)]
     # OffsetForLeaderEpoch on the new leader: epoch 1 ended at 6.
-    request = OffsetForLeaderEpochRequestData(-1, [EpochRequestTopic(TOPIC, [EpochRequestPartition(0, 2, 1)])])
+    request_cls = request_class(23)
+    topic_cls = request_cls.OffsetForLeaderTopic
+    request = request_cls(replica_id=-1, topics=[topic_cls(topic=TOPIC, partitions=[
+        topic_cls.OffsetForLeaderPartition(partition=0, current_leader_epoch=2, leader_epoch=1)])])
     ctx = RequestContext(new_leader, RequestHeader(23, 4, 1, "test", True), None)
-    answer = (await handle_offset_for_leader_epoch(request, ctx)).topics[0][1][0]
+    answer = (await handle_offset_for_leader_epoch(request, ctx)).topics[0].partitions[0]
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (0, 1, 6)
     request.topics[0].partitions[0].current_leader_epoch = 1
-    answer = (await handle_offset_for_leader_epoch(request, ctx)).topics[0][1][0]
+    answer = (await handle_offset_for_leader_epoch(request, ctx)).topics[0].partitions[0]
     assert answer.error_code == ErrorCode.FENCED_LEADER_EPOCH
     # The old leader comes back as a follower: its tail goes, then it copies the new leader.
     returned = await cluster.start(0)

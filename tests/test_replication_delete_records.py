@@ -24,7 +24,7 @@ async def delete_records(broker, offset: int, *, timeout_ms: int = 15000, partit
                          version: int = 2) -> tuple[int, int]:
     """(error code, low watermark) of a DeleteRecords request handled by ``broker``."""
     topic_cls = request_class(DELETE_RECORDS).DeleteRecordsTopic
-    request = request_class(DELETE_RECORDS)(version=version, timeout_ms=timeout_ms, topics=[
+    request = request_class(DELETE_RECORDS)(timeout_ms=timeout_ms, topics=[
         topic_cls(name=TOPIC, partitions=[topic_cls.DeleteRecordsPartition(partition_index=partition, offset=offset)]),
     ])
     ctx = RequestContext(broker, RequestHeader(DELETE_RECORDS, version, next(_correlation), "test", True), None)

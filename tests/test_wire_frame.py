@@ -139,3 +139,27 @@ def test_frame_decoder_fuzz_garbage(data):
         feed(FrameDecoder(1000), data, 13)
     except FrameError:
         pass
+
+
+def test_large_frame_reads_into_its_own_buffer_and_the_small_one_stays_small():
+    """An idle connection holds a 4 KiB buffer. A frame larger than that is read straight into
+    a buffer of its own (the frame handed out: no copy), which the decoder lets go of; the next
+    small and large frames work as before."""
+    decoder = FrameDecoder(100 * 1024 * 1024)
+    assert len(decoder.writable()) <= 4096
+    large = bytes(range(256)) * 4096  # 1 MiB
+    for _ in range(2):
+        assert feed(decoder, framed(b"small")) == [b"small"]
+        stream = framed(large) + framed(b"after")
+        target = decoder.writable()
+        target[:4096] = stream[:4096]
+        decoder.received(4096)
+        assert decoder.next_frame() is None
+        target = decoder.writable()
+        assert len(target) == len(large) - 4092  # the rest of the frame, in the frame's own buffer
+        target[:] = stream[4096:4 + len(large)]
+        decoder.received(len(target))
+        frame = decoder.next_frame()
+        assert frame == large and target.obj is frame
+        assert not decoder.has_partial_frame() and len(decoder.writable()) <= 4096
+        assert feed(decoder, stream[4 + len(large):]) == [b"after"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
@@ -51,3 +53,34 @@ def test_bad_legacy_crc_is_corrupt_message():
 
 def test_magic_2_is_not_legacy():
     assert not is_legacy(memoryview(bytearray(17)[:0] + bytes(16) + b"\x02"))
+
+
+@pytest.mark.parametrize("entries", [
+    [(1_000, b"k0", b"v0"), (1_005, None, b"x" * 300), (999, b"k2", None)],
+    [(-1, None, b"")],
+])
+def test_a_new_batch_is_what_kafka_python_builds(entries):
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    from kafkacompat.wire.records import iter_records, new_batch, read_header, record_value
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for offset, (timestamp, key, value) in enumerate(entries):
+        builder.append(offset, timestamp=timestamp, key=key, value=value, headers=[])
+    ours = new_batch(entries)
+    assert bytes(ours) == bytes(builder.build())
+    records = list(iter_records(ours, read_header(ours)))
+    assert [(r.timestamp, r.key, record_value(r)) for r in records] == entries
+
+
+def test_a_magic_1_wrapper_with_log_append_time_gives_its_timestamp_to_every_record():
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=1 << 20)
+    for i in range(2):
+        builder.append(i, timestamp=1_000 + i, key=None, value=VALUE % i)
+    source = bytearray(builder.build())  # offset, size, crc, magic (16), attributes (17), timestamp (18)
+    source[17] |= 0x08  # the wrapper's timestamp type: LogAppendTime
+    source[18:26] = (7_777).to_bytes(8, "big")
+    source[12:16] = zlib.crc32(bytes(source[16:])).to_bytes(4, "big")
+    records = list(DefaultRecordBatch(bytes(upconvert(memoryview(source)))))
+    assert [r.timestamp for r in records] == [7_777, 7_777]

@@ -14,7 +14,7 @@ A record's key and value are each an int16 schema version followed by the struct
                                        subscription bytes, assignment bytes]
 
 Versions 4 (flexible, tagged fields) are decoded too, for logs written by a newer Kafka. A null
-value is a tombstone. Records travel in RecordBatch v2 batches built by kafka-python's builder.
+value is a tombstone. Records travel in RecordBatch v2 batches (wire/records.py's new_batch).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from typing import Iterator
+
+from kafkacompat.wire.records import iter_batches, iter_records, new_batch, record_value
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -268,26 +270,13 @@ def decode_group_value(data: bytes | memoryview) -> GroupMetadataValue:
 
 def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, compression: int = 0) -> bytearray:
     """One RecordBatch v2 (offsets from 0; the log assigns the real ones)."""
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-
-    builder = DefaultRecordBatchBuilder(
-        magic=2, compression_type=compression, is_transactional=False, producer_id=-1, producer_epoch=-1,
-        base_sequence=-1, batch_size=2**31 - 1,
-    )
-    for offset, (key, value) in enumerate(records):
-        builder.append(offset, timestamp=timestamp_ms, key=key, value=value, headers=[])
-    return builder.build()
+    return new_batch([(timestamp_ms, key, value) for key, value in records], compression)
 
 
 def iter_batch_records(data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every data record in whole batches (control batches skipped)."""
-    from kafka.record.default_records import DefaultRecordBatch
-
-    from kafkacompat.wire.records import iter_batches
-
     for header in iter_batches(data):
         if header.is_control:
             continue
-        batch = DefaultRecordBatch(memoryview(data)[header.position:header.position + header.size].tobytes())
-        for record in batch:
-            yield record.offset, record.key, record.value
+        for record in iter_records(data, header):
+            yield record.offset, None if record.key is None else bytes(record.key), record_value(record)

@@ -21,6 +21,12 @@ BROKER_ENDPOINT = 1
 # CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
 # IDEMPOTENT_WRITE 12.
 CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
+# The int32 authorized-operations fields: Kafka's "not asked for" value, or a bit per AclOperation code.
+OPERATIONS_OMITTED = -2147483648
+
+
+def operations_bitfield(operations: frozenset[int]) -> int:
+    return sum(1 << code for code in operations)
 
 
 def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | None:
@@ -48,17 +54,17 @@ def _brokers(ctx: RequestContext) -> list:
 
 @handles(DESCRIBE_CLUSTER, 0, 2)
 async def handle_describe_cluster(request, ctx: RequestContext):
-    endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT) if ctx.version >= 1 else BROKER_ENDPOINT
-    error = _endpoint_type_error(endpoint_type, ctx.version)
+    error = _endpoint_type_error(request.endpoint_type, ctx.version)
     if error is not None:
         code, message = error
         return response_for(
             DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=code, error_message=message,
-            endpoint_type=BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=[], authorized_operations=None,
+            endpoint_type=BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=[],
         )
-    operations = set(CLUSTER_OPERATIONS) if request.include_cluster_authorized_operations else None
+    operations = (operations_bitfield(CLUSTER_OPERATIONS) if request.include_cluster_authorized_operations
+                  else OPERATIONS_OMITTED)
     return response_for(
         DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
         endpoint_type=BROKER_ENDPOINT, cluster_id=ctx.broker.cluster_id, controller_id=ctx.broker.controller_id,
-        brokers=_brokers(ctx), authorized_operations=operations,
+        brokers=_brokers(ctx), cluster_authorized_operations=operations,
     )

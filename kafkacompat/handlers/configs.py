@@ -237,12 +237,14 @@ def _describe_broker_logger(ctx: RequestContext, name: str) -> list[ConfigEntry]
 DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger}
 
 
-def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, include_documentation: bool):
+def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, include_documentation: bool,
+                     version: int):
     synonym_cls = entry_cls.DescribeConfigsSynonym
     synonyms = [synonym_cls(name=s.name, value=s.value, source=s.source) for s in entry.synonyms]
     return entry_cls(
         name=entry.name, value=entry.value, read_only=entry.read_only, config_source=entry.source,
-        is_default=entry.source == CONFIG_SOURCE_IDS[DEFAULT_CONFIG], is_sensitive=entry.is_sensitive,
+        # v0 only (its config source replaces it; the field is not ignorable)
+        is_default=version == 0 and entry.source == CONFIG_SOURCE_IDS[DEFAULT_CONFIG], is_sensitive=entry.is_sensitive,
         synonyms=synonyms if include_synonyms else [], config_type=entry.config_type,
         documentation=entry.documentation if include_documentation else None,
     )
@@ -261,7 +263,7 @@ def _describe_resource(ctx: RequestContext, resource, result_cls, include_synony
         return result_cls(error_code=exc.code, error_message=message, resource_type=resource.resource_type,
                           resource_name=resource.resource_name, configs=[])
     wanted = set(resource.configuration_keys) if resource.configuration_keys else None
-    configs = [_described_entry(entry_cls, entry, include_synonyms, include_docs)
+    configs = [_described_entry(entry_cls, entry, include_synonyms, include_docs, ctx.version)
                for entry in entries if wanted is None or entry.name in wanted]
     return result_cls(error_code=ErrorCode.NONE, error_message=None, resource_type=resource.resource_type,
                       resource_name=resource.resource_name, configs=configs)
@@ -278,9 +280,7 @@ async def handle_describe_configs(request, ctx: RequestContext):
                               resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
                    for r in request.resources]
         return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
-    include_synonyms = bool(getattr(request, "include_synonyms", False))
-    include_docs = bool(getattr(request, "include_documentation", False))
-    results = [_describe_resource(ctx, resource, result_cls, include_synonyms, include_docs)
+    results = [_describe_resource(ctx, resource, result_cls, request.include_synonyms, request.include_documentation)
                for resource in request.resources]
     return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
 

@@ -6,7 +6,9 @@ keeps sending full requests, which every client supports.
 
 Fetch v0-3 (old consumers) read the same batches, then get them down-converted to the legacy
 message format their version can carry (magic 0 for v0-1, magic 1 for v2-3; wire/downconvert.py),
-as Kafka's KafkaApis.maybeConvertFetchedData does. That path is separate: v4+ never converts.
+as Kafka's KafkaApis.maybeConvertFetchedData does, lazily (LazyDownConversionRecords): the
+response carries a StreamedChunk per partition that converts a piece at a time while it is sent.
+That path is separate: v4+ never converts.
 """
 
 from __future__ import annotations
@@ -18,8 +20,14 @@ import trio
 
 from kafkacompat.handlers.offset_for_leader_epoch import check_current_leader_epoch
 from kafkacompat.handlers.registry import RequestContext, handles
-from kafkacompat.wire.chunks import close_chunks
-from kafkacompat.wire.downconvert import OVERFLOW_MARKER, down_convert, fetch_magic
+from kafkacompat.wire.chunks import FileRegion, StreamedChunk, close_chunks
+from kafkacompat.wire.downconvert import (
+    OVERFLOW_MARKER,
+    down_converted_size,
+    fetch_magic,
+    stored_pieces,
+    stream_down_converted,
+)
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.fetch import (
     FetchPartitionResult,
@@ -72,9 +80,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
         if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
             return FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
-        for topic in topics:
-            for result in topic.partitions:
-                close_chunks(result.records)
+        _close_records(topics)
 
 
 async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
@@ -82,25 +88,30 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     consumer parked on what converts to nothing (a transaction marker) waits for data."""
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        topics, total_bytes, has_error, partitions = _read_all_old(request, ctx)
+        topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
         if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
             return FetchResponseData(topics)
+        _close_records(topics)
         await _wait_for_data(partitions, deadline)
 
 
-def _read_all_old(request: FetchRequestData, ctx: RequestContext):
+def _close_records(topics: list[FetchTopicResult]) -> None:
+    for topic in topics:
+        for result in topic.partitions:
+            close_chunks(result.records)
+
+
+async def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     """Kafka's limits before v4: v0-2 have no response limit and partition_max_bytes is hard (a
     first batch larger than it is not sent: an overflow marker tells the client); v3 has max_bytes
     with KIP-74's first batch. Both count the stored (unconverted) bytes, as Kafka's
     ReplicaManager does; the converted records are cut to that size or the first batch's."""
     hard_limit = ctx.version <= HARD_LIMIT_UNTIL_FETCH_VERSION
-    to_magic = fetch_magic(ctx.version)
     remaining = request.max_bytes
     read_bytes = 0
-    converted_bytes = 0
-    has_error = False
     waiting_on = []
     topics = []
+    to_convert = []
     for wanted in request.topics:
         topic = ctx.broker.topics.get(wanted.name)
         results = []
@@ -114,37 +125,59 @@ def _read_all_old(request: FetchRequestData, ctx: RequestContext):
             read_bytes += result.records_size
             remaining -= result.records_size
             if result.records:
-                result = _down_convert(result, to_magic, wanted_partition, hard_limit)
+                to_convert.append((results, len(results), wanted_partition))
             results.append(result)
-            converted_bytes += result.records_size
-            has_error = has_error or result.error_code != 0
             if partition is not None:
                 waiting_on.append(partition)
         topics.append(FetchTopicResult(wanted.name, None, results))
+    try:
+        for results, index, wanted_partition in to_convert:
+            results[index] = await _down_convert(results[index], fetch_magic(ctx.version), wanted_partition, hard_limit)
+    except BaseException:  # cancelled while converting: nothing is sent, the descriptors go now
+        _close_records(topics)
+        raise
+    converted_bytes = sum(result.records_size for topic in topics for result in topic.partitions)
+    has_error = any(result.error_code != 0 for topic in topics for result in topic.partitions)
     return topics, converted_bytes, has_error, waiting_on
 
 
-def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limit: bool) -> FetchPartitionResult:
-    """Replace the read's file regions with the converted messages (or an error)."""
+async def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, hard_limit: bool) -> FetchPartitionResult:
+    """Replace the read's file regions with a StreamedChunk of their converted messages (or an
+    error). Only the size is computed here (the first batch converted and counted, in a worker
+    thread: a large compressed batch takes a while, and the event loop keeps its turns); the
+    conversion itself happens while the response is sent."""
     regions, size = result.records, result.records_size
+    if hard_limit and size > wanted.partition_max_bytes:
+        # Only a first batch larger than the limit gets here (it was read for this check).
+        close_chunks(regions)
+        result.records, result.records_size = [OVERFLOW_MARKER], len(OVERFLOW_MARKER)
+        return result
     try:
-        if hard_limit and size > wanted.partition_max_bytes:
-            # Only a first batch larger than the limit gets here (it was read for this check).
-            converted = OVERFLOW_MARKER
-        else:
-            data = b"".join(region.read_all() for region in regions)
-            converted = down_convert(data, to_magic, wanted.fetch_offset, size)
+        converted_size = await trio.to_thread.run_sync(
+            down_converted_size, _stored_pieces(regions), to_magic, wanted.fetch_offset, size)
     except KafkaError as exc:
+        close_chunks(regions)
         log.debug("Down-conversion of partition %d at %d failed: %s", result.index, wanted.fetch_offset, exc)
         return FetchPartitionResult(result.index, exc.code)
     except OSError as exc:  # the log file could not be read: KAFKA_STORAGE_ERROR, as these versions see it
+        close_chunks(regions)
         log.warning("Reading partition %d at %d for down-conversion failed: %s", result.index, wanted.fetch_offset, exc)
         return FetchPartitionResult(result.index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    finally:
+    except BaseException:
         close_chunks(regions)
-    result.records = [converted] if converted else []
-    result.records_size = len(converted)
+        raise
+    if not converted_size:
+        close_chunks(regions)
+        result.records, result.records_size = [], 0
+        return result
+    pieces = stream_down_converted(_stored_pieces(regions), to_magic, wanted.fetch_offset, converted_size)
+    result.records, result.records_size = [StreamedChunk(converted_size, pieces, regions)], converted_size
     return result
+
+
+def _stored_pieces(regions: list[FileRegion]):
+    for region in regions:
+        yield from stored_pieces(region.read, region.length)
 
 
 async def _wait_for_data(partitions: list, deadline: float) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kafkacompat.groups.coordinator import OFFSETS_TOPIC, JoinRequest
 from kafkacompat.groups.state import GroupState
+from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode
@@ -115,7 +116,7 @@ async def handle_join_group(request, ctx: RequestContext):
         client_id=ctx.client_id or "",
         client_host=client_host(ctx),
         version=ctx.version,
-        reason=getattr(request, "reason", None),
+        reason=request.reason,
     )
     result = await coordinator(ctx).join_group(join)
     member_cls = response_class(JOIN_GROUP).JoinGroupResponseMember
@@ -186,7 +187,7 @@ async def handle_describe_groups(request, ctx: RequestContext):
     groups = []
     for group_id in request.groups or []:
         error, group = coordinator(ctx).describe_group(group_id)
-        operations = set(GROUP_OPERATIONS) if include_ops else None
+        operations = operations_bitfield(GROUP_OPERATIONS) if include_ops else OPERATIONS_OMITTED
         if error or group is None:
             groups.append(group_cls(
                 error_code=error, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",

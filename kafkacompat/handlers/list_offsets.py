@@ -142,13 +142,15 @@ def _list_partition(ctx: RequestContext, request, topic_name: str, wanted, parti
     if partition is None:
         return _partition_result(partition_cls, index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     try:
-        _check_leader_epoch(partition, getattr(wanted, "current_leader_epoch", UNKNOWN))
+        _check_leader_epoch(partition, wanted.current_leader_epoch)
         if request.replica_id != DEBUGGING_REPLICA_ID:
             partition.check_leader()
     except KafkaError as exc:
         return _partition_result(partition_cls, index, exc.code)
-    last_fetchable = _last_fetchable_offset(partition, request.replica_id, getattr(request, "isolation_level", 0))
+    last_fetchable = _last_fetchable_offset(partition, request.replica_id, request.isolation_level)
     found = find_offset(partition, wanted.timestamp, last_fetchable)
+    if ctx.version < 4:  # no leader epoch before v4 (and the field is not ignorable)
+        found = Found(found.offset, found.timestamp)
     return _partition_result(partition_cls, index, ErrorCode.NONE, found)
 
 

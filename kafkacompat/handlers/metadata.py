@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
-from kafkacompat.handlers.cluster import CLUSTER_OPERATIONS
+from kafkacompat.handlers.cluster import CLUSTER_OPERATIONS, OPERATIONS_OMITTED, operations_bitfield
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -67,7 +67,8 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
         ))
     return cls(
         error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
-        partitions=partitions, authorized_operations=set(TOPIC_OPERATIONS) if include_operations else None,
+        partitions=partitions,
+        topic_authorized_operations=operations_bitfield(TOPIC_OPERATIONS) if include_operations else OPERATIONS_OMITTED,
     )
 
 
@@ -113,16 +114,16 @@ async def handle_metadata(request, ctx: RequestContext):
         topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.broker.topics.by_name.values()]
     else:
         for wanted in requested:
-            topic, error, name = await _resolve(ctx, wanted.name, getattr(wanted, "topic_id", None), allow_auto_create)
+            topic, error, name = await _resolve(ctx, wanted.name, wanted.topic_id, allow_auto_create)
             if topic is not None:
                 topics.append(topic_metadata(ctx, topic, include_topic_ops))
             else:
                 topics.append(topic_cls(
-                    error_code=error, name=name, topic_id=getattr(wanted, "topic_id", None),
-                    is_internal=False, partitions=[], authorized_operations=None,
+                    error_code=error, name=name, topic_id=wanted.topic_id, is_internal=False, partitions=[],
                 ))
     return response_for(
         METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.broker.cluster_id,
         controller_id=ctx.broker.controller_id, topics=topics,
-        authorized_operations=set(CLUSTER_OPERATIONS) if include_cluster_ops else None,
+        cluster_authorized_operations=(operations_bitfield(CLUSTER_OPERATIONS) if include_cluster_ops
+                                       else OPERATIONS_OMITTED),
     )

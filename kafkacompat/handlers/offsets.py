@@ -1,8 +1,7 @@
 """Committed offsets: OffsetCommit v0-9, OffsetFetch v0-9, OffsetDelete v0.
 
-kafka-python's schema classes carry the field lists of every version (its JSON still names the
-v0/v1 fields; only its advertised range starts later), so v0 and v1 (Sarama, old clients) go
-through the same codec; tests/test_groups_wire.py checks those layouts against hand-built bytes.
+The generated codecs carry every version from v0, so v0 and v1 (Sarama, old clients) go through
+the same codec; tests/test_groups_storage.py checks those layouts against hand-built bytes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The handler registry: api key -> handler and version range. ApiVersions is derived from it.
 
 A handler is ``async def fn(request, ctx) -> response``. By default the request is decoded and
-the response encoded with kafka-python's schema classes (wire/codec.py); hot-path APIs plug in
-their own decoder and encoder. A handler that returns None sends no response (Produce acks=0).
+the response encoded with the codecs generated from Kafka's message specs (wire/codec.py);
+hot-path APIs plug in their own decoder and encoder. A handler that returns None sends no response (Produce acks=0).
 """
 
 from __future__ import annotations
@@ -83,5 +83,5 @@ def handles(
 
 
 def response_for(api_key: int, ctx: RequestContext, **fields: Any) -> Any:
-    """A kafka-python response message at the request's version."""
+    """A response message of the request's API (encoded at the request's version)."""
     return codec.new_response(api_key, ctx.version, **fields)

@@ -3,8 +3,9 @@
 Modules: ``config`` (LogConfig, Kafka topic config names), ``filecache`` (LRU of open files),
 ``index`` (.index/.timeindex), ``segment`` (one .log and its indexes), ``partition_log`` (one
 partition: roll, read, truncate, retention, recovery), ``manager`` (a data dir: loading,
-checkpoints, clean shutdown) and ``cleaner`` (compaction: the log cleaner, its checkpoint, and
-completing a swap a crash interrupted).
+checkpoints, flushing, clean shutdown), ``checkpoint`` (Kafka's offset checkpoint files and the
+directory fsync), ``cleaner`` (compaction: the log cleaner and its checkpoint) and ``swap`` (the
+cleaner's segment swap, and completing one a crash interrupted).
 
 Choices that differ from Kafka's implementation, on purpose:
 
@@ -18,11 +19,12 @@ Choices that differ from Kafka's implementation, on purpose:
 - A read may span several segments, returning one FileRegion per segment.
 """
 
+from kafkacompat.log.checkpoint import read_checkpoint, write_checkpoint
 from kafkacompat.log.cleaner import LogCleaner
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import IndexCorruptError, OffsetIndex, TimeIndex
-from kafkacompat.log.manager import LogManager, parse_partition_dir_name, read_checkpoint, write_checkpoint
+from kafkacompat.log.manager import LogManager, parse_partition_dir_name
 from kafkacompat.log.partition_log import AppendInfo, PartitionLog, ReadResult, UnexpectedAppendOffsetError
 from kafkacompat.log.segment import LogSegment, segment_file_name
 

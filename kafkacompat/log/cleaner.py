@@ -11,8 +11,9 @@ Kafka's LogCleaner, Cleaner and LogCleanerManager, rule for rule:
   and its oldest dirty segment's first batch is older than max.compaction.lag.ms; the dirtiest
   first.
 - Offset map: key -> last offset over the dirty section, at most
-  log.cleaner.dedupe.buffer.size / 24 * 0.9 keys (Kafka's 16-byte hash + 8-byte offset slots);
-  a full map ends this round early, the rest is cleaned next round.
+  log.cleaner.dedupe.buffer.size / log.cleaner.threads / 24 * log.cleaner.io.buffer.load.factor keys
+  (Kafka's 16-byte hash + 8-byte offset slots); a full map ends this round early, the rest is
+  cleaned next round.
 - Cleaning rewrites every segment from the start of the log up to the map's end, grouped by size
   (groupSegmentsBySize: at most segment.bytes of log and segment.index.bytes of each index per
   group), each group into one new segment. A record stays if its offset is past the map's end or
@@ -26,15 +27,13 @@ Kafka's LogCleaner, Cleaner and LogCleanerManager, rule for rule:
 - Swap: the group is written as ``<base>.log.cleaned`` (+ ``.index.cleaned``,
   ``.timeindex.cleaned``) in a worker thread and fsynced; then, on the event loop thread, renamed
   to ``.swap`` (the commit point), the old segments are deleted and the ``.swap`` files renamed to
-  their final names. ``complete_interrupted_swaps`` (run by PartitionLog.open) finishes a swap cut
-  short by a crash: ``.cleaned`` files are dropped (the old segments are intact); a ``.log.swap``
+  their final names (log/swap.py). ``complete_interrupted_swaps`` (run by PartitionLog.open) finishes a
+  swap cut short by a crash: ``.cleaned`` files are dropped (the old segments are intact); a ``.log.swap``
   replaces every segment whose base offset lies in its offset range, indexes are rebuilt.
 
 Deviations, on purpose or for now: transactional and control batches are kept as they are and
 their keys are not put in the map (no transaction index here yet; this never drops a committed
-record, it only compacts less). Active producers are derived from the batch headers (a producer
-id whose last batch is younger than producer.id.expiration.ms) rather than from producer
-snapshots. The map holds the keys themselves, not MD5 hashes. Retention for "compact,delete"
+record, it only compacts less). The map holds the keys themselves, not MD5 hashes. Retention for "compact,delete"
 logs stays with the broker's housekeeping; a clean that finds its segments changed underneath it
 (retention, truncation, deletion) is abandoned and retried later.
 """
@@ -48,24 +47,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterable, Iterator
 
+import trio
+
+from kafkacompat.config import BrokerConfig, broker_default
+from kafkacompat.log.checkpoint import read_checkpoint, write_checkpoint
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
-from kafkacompat.log.manager import read_checkpoint, write_checkpoint
-from kafkacompat.log.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    LogSegment,
-    parse_segment_file_name,
-    segment_file_name,
-)
+from kafkacompat.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, batches_in_file
+from kafkacompat.log.swap import CLEANED_SUFFIX, CleanedSegment, swap_in
 from kafkacompat.wire.records import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
     DELETE_HORIZON_FLAG,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG,
     BatchHeader,
@@ -82,12 +75,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("kafkacompat.log.cleaner")
 
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
 INT32_MAX = 2**31 - 1
 _BYTES_PER_MAP_ENTRY = 24  # Kafka's SkimpyOffsetMap: MD5 (16) + offset (8)
-_READ_BLOCK = 1 << 20
-_MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+_WRITE_BLOCK = 1 << 20  # cleaned batches are written this much at a time
 
 TopicPartition = tuple[str, int]
 
@@ -96,36 +86,27 @@ class CleaningAborted(Exception):
     """The log changed under the cleaner (retention, truncation, deletion): try again later."""
 
 
-class SimulatedCrash(Exception):
-    """Raised at ``LogCleaner.crash_point`` by tests that simulate a crash in the middle of a swap."""
-
-
 # -- configuration ---------------------------------------------------------------------------
 
 
 @dataclass
 class CleanerConfig:
-    """The broker-level log.cleaner.* settings the cleaner acts on (Kafka's defaults)."""
+    """The broker-level settings the cleaner acts on; the defaults are the config table's."""
 
-    enable: bool = True
-    threads: int = 1
-    backoff_ms: int = 15000
-    dedupe_buffer_size: int = 134217728
-    dedupe_buffer_load_factor: float = 0.9
-    producer_id_expiration_ms: int = 86400000
+    enable: bool = broker_default("log.cleaner.enable")
+    threads: int = broker_default("log.cleaner.threads")
+    backoff_ms: int = broker_default("log.cleaner.backoff.ms")
+    dedupe_buffer_size: int = broker_default("log.cleaner.dedupe.buffer.size")
+    dedupe_buffer_load_factor: float = broker_default("log.cleaner.io.buffer.load.factor")
 
     @classmethod
-    def from_broker_config(cls, config: object) -> "CleanerConfig":
-        defaults = cls()
+    def from_broker_config(cls, config: BrokerConfig) -> "CleanerConfig":
         return cls(
-            enable=bool(getattr(config, "log_cleaner_enable", defaults.enable)),
-            threads=int(getattr(config, "log_cleaner_threads", defaults.threads)),
-            backoff_ms=int(getattr(config, "log_cleaner_backoff_ms", defaults.backoff_ms)),
-            dedupe_buffer_size=int(getattr(config, "log_cleaner_dedupe_buffer_size", defaults.dedupe_buffer_size)),
-            dedupe_buffer_load_factor=float(getattr(config, "log_cleaner_io_buffer_load_factor",
-                                                    defaults.dedupe_buffer_load_factor)),
-            producer_id_expiration_ms=int(getattr(config, "producer_id_expiration_ms",
-                                                  defaults.producer_id_expiration_ms)),
+            enable=config.log_cleaner_enable,
+            threads=config.log_cleaner_threads,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            dedupe_buffer_load_factor=config.log_cleaner_io_buffer_load_factor,
         )
 
     @property
@@ -250,35 +231,11 @@ class SegmentSnapshot:
 
 
 def read_batches(path: str, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
-    """(header, bytes) of each whole batch in the first ``size`` bytes of a .log, with a descriptor of
-    its own (usable from any thread). The header's position is 0: relative to the bytes."""
+    """batches_in_file, for the cleaner: a segment deleted meanwhile abandons the clean."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        yield from batches_in_file(path, size)
     except FileNotFoundError:
         raise CleaningAborted(f"{os.path.basename(path)} was deleted meanwhile") from None
-    try:
-        position = 0
-        block, block_start = b"", 0
-        while size - position >= HEADER_SIZE:
-            in_block = position - block_start
-            if in_block + HEADER_SIZE > len(block):
-                block, block_start, in_block = os.pread(fd, min(_READ_BLOCK, size - position), position), position, 0
-                if len(block) < HEADER_SIZE:
-                    return
-            header = read_header(block, in_block)
-            if header.batch_length < _MIN_BATCH_LENGTH or position + header.size > size:
-                return
-            if in_block + header.size <= len(block):
-                data = block[in_block:in_block + header.size]
-            else:
-                data = os.pread(fd, header.size, position)
-                if len(data) < header.size:
-                    return
-            header.position = 0
-            yield header, data
-            position += header.size
-    finally:
-        os.close(fd)
 
 
 # -- the offset map --------------------------------------------------------------------------
@@ -326,26 +283,10 @@ def build_offset_map(dirty: list[SegmentSnapshot], start: int, end: int, max_ent
     return offset_map
 
 
-def active_producers(segments: list[SegmentSnapshot], now_ms: int, expiration_ms: int) -> dict[int, int]:
-    """Producer id -> last offset of its last data batch, for producers whose last batch is younger
-    than producer.id.expiration.ms (their last batch keeps their sequence state: it is never
-    removed, only emptied)."""
-    last: dict[int, tuple[int, int]] = {}
-    for segment in segments:
-        for header, _ in read_batches(segment.log_path, segment.size):
-            if header.producer_id >= 0 and not header.is_control:
-                last[header.producer_id] = (header.last_offset, header.max_timestamp)
-    return {pid: offset for pid, (offset, timestamp) in last.items() if now_ms - timestamp < expiration_ms}
-
-
-def _active_producers_of(log: "PartitionLog") -> dict[int, int] | None:
-    """The log's own idempotent-producer state when it keeps one (Kafka's
-    lastRecordsOfActiveProducers), else None: then the batch headers are scanned."""
-    state = getattr(log, "producer_state", None)
-    try:
-        return {entry.producer_id: entry.last_data_offset for entry in state.active_producers()}
-    except AttributeError:
-        return None
+def _active_producers_of(log: "PartitionLog") -> dict[int, int]:
+    """Producer id -> last offset of its last data batch (Kafka's lastRecordsOfActiveProducers):
+    that batch keeps the producer's sequence state, so it is emptied at most, never removed."""
+    return {entry.producer_id: entry.last_data_offset for entry in log.producer_state.active_producers()}
 
 
 # -- cleaning one group of segments into one -------------------------------------------------
@@ -418,21 +359,6 @@ class BatchFilter:
         return has_value or horizon is None or self.now_ms < horizon
 
 
-@dataclass
-class CleanedSegment:
-    base_offset: int
-    size: int
-    directory: Path
-
-    def path(self, suffix: str, state: str) -> Path:
-        return self.directory / (segment_file_name(self.base_offset, suffix) + state)
-
-    def delete(self) -> None:
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            for state in (CLEANED_SUFFIX, SWAP_SUFFIX):
-                self.path(suffix, state).unlink(missing_ok=True)
-
-
 class _IndexWriter:
     """LogSegment's indexing rule (one entry per index.interval.bytes, time index on the running max
     timestamp, a final time index entry), into the cleaned segment's index files."""
@@ -489,7 +415,7 @@ def write_cleaned_segment(directory: Path, group: list[SegmentSnapshot], batch_f
                 pending.append(kept)
                 pending_bytes += len(kept)
                 position += len(kept)
-                if pending_bytes >= _READ_BLOCK:
+                if pending_bytes >= _WRITE_BLOCK:
                     os.write(fd, b"".join(pending))
                     pending, pending_bytes = [], 0
         if pending:
@@ -540,60 +466,6 @@ def group_segments_by_size(segments: list[SegmentSnapshot], max_size: int, max_i
     return groups
 
 
-# -- swapping and crash recovery -------------------------------------------------------------
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _next_offset_of(path: Path, base_offset: int) -> int:
-    next_offset = base_offset
-    for header, _ in read_batches(str(path), os.stat(path).st_size):
-        next_offset = header.next_offset
-    return next_offset
-
-
-def complete_interrupted_swaps(directory: Path, label: str) -> int:
-    """Finish what a crash interrupted (Kafka's LogLoader does the same); returns swaps completed.
-
-    Index ``.swap`` files are dropped (indexes are rebuilt). A ``<base>.log.swap`` holds the cleaned
-    replacement of the segments whose base offsets lie in [base, its next offset): those are
-    deleted, with their indexes, and the swap file takes its final name. ``.cleaned`` files are
-    left for PartitionLog's leftover sweep (their swap never started, the old segments are whole).
-    """
-    names = os.listdir(directory)
-    for name in names:
-        if name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            logger.info("Removing %s of %s: an index of an interrupted swap (it will be rebuilt)", name, label)
-            (directory / name).unlink(missing_ok=True)
-    completed = 0
-    for name in sorted(names):
-        if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
-            continue
-        base = parse_segment_file_name(name[: -len(SWAP_SUFFIX)], LOG_SUFFIX)
-        if base is None:
-            continue
-        swap = directory / name
-        next_offset = max(_next_offset_of(swap, base), base + 1)
-        for other in os.listdir(directory):
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                other_base = parse_segment_file_name(other, suffix)
-                if other_base is not None and base <= other_base < next_offset:
-                    logger.info("Deleting %s of %s: replaced by the cleaned segment in %s", other, label, name)
-                    (directory / other).unlink(missing_ok=True)
-        os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
-        logger.info("Completed the interrupted swap of %s into %s", name, label)
-        completed += 1
-    if completed:
-        _fsync_directory(directory)
-    return completed
-
-
 # -- the cleaner -----------------------------------------------------------------------------
 
 
@@ -615,12 +487,12 @@ class LogCleaner:
         self.config = config if config is not None else CleanerConfig()
         self.checkpoints: dict[TopicPartition, int] = self._read_checkpoints()
         self.uncleanable: set[TopicPartition] = set()
-        self.crash_point: str | None = None  # tests: "cleaned", "swap" or "deleted"
         self.last_stats: CleanStats | None = None
 
     @classmethod
-    def for_manager(cls, manager: "LogManager", broker_config: object = None) -> "LogCleaner":
-        return cls(manager.data_dir, manager.all_logs, CleanerConfig.from_broker_config(broker_config))
+    def for_manager(cls, manager: "LogManager", broker_config: BrokerConfig | None = None) -> "LogCleaner":
+        config = CleanerConfig() if broker_config is None else CleanerConfig.from_broker_config(broker_config)
+        return cls(manager.data_dir, manager.all_logs, config)
 
     def _read_checkpoints(self) -> dict[TopicPartition, int]:
         try:
@@ -675,8 +547,6 @@ class LogCleaner:
 
     async def clean(self, candidate: LogToClean, now_ms: int) -> CleanStats:
         """Clean one log, the heavy parts in a worker thread."""
-        import trio
-
         steps = self._clean_steps(candidate, now_ms)
         try:
             work = next(steps)
@@ -714,18 +584,14 @@ class LogCleaner:
                  if s.base_offset < upper and (i + 1 == len(segments) or segments[i + 1].base_offset > start)]
         everything = [SegmentSnapshot.of(s, with_indexes=False) for s in segments]
         max_entries = self.config.max_map_entries
-        expiration = self.config.producer_id_expiration_ms
-        known_producers = _active_producers_of(log)
+        producers = _active_producers_of(log)
         logger.info("Cleaning %s: offsets %d to %d are dirty (%.0f%% of %d bytes)", log.name, start, upper,
                     100 * candidate.cleanable_ratio, candidate.total_bytes)
 
-        def build() -> tuple[OffsetMap, dict[int, int]]:
-            producers = known_producers
-            if producers is None:
-                producers = active_producers(everything, now_ms, expiration)
-            return build_offset_map(dirty, start, upper, max_entries), producers
+        def build() -> OffsetMap:
+            return build_offset_map(dirty, start, upper, max_entries)
 
-        offset_map, producers = yield build
+        offset_map = yield build
         end_offset = offset_map.latest_offset + 1
         self._check_still_there(log, [s for s in everything if s.segment is not segments[-1]])
         to_clean = [SegmentSnapshot.of(s) for s in log.segments()[:-1] if s.base_offset < end_offset]
@@ -763,26 +629,11 @@ class LogCleaner:
             if segment is None or segment.size != snapshot.size:
                 raise CleaningAborted(f"segment {snapshot.base_offset} of {log.name} changed during cleaning")
 
-    def _swap_in(self, log: "PartitionLog", group: list[SegmentSnapshot], cleaned: CleanedSegment) -> None:
-        """UnifiedLog.replaceSegments: .cleaned -> .swap (commit), delete the old, .swap -> final."""
-        self._maybe_crash("cleaned")
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
-            os.replace(cleaned.path(suffix, CLEANED_SUFFIX), cleaned.path(suffix, SWAP_SUFFIX))
-        _fsync_directory(log.dir)
-        self._maybe_crash("swap")
+    @staticmethod
+    def _swap_in(log: "PartitionLog", group: list[SegmentSnapshot], cleaned: CleanedSegment) -> None:
         old = [snapshot.segment for snapshot in group]
-        for segment in old:
-            segment.delete_files()
-        self._maybe_crash("deleted")
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX):
-            os.replace(cleaned.path(suffix, SWAP_SUFFIX), cleaned.directory / segment_file_name(cleaned.base_offset,
-                                                                                               suffix))
-        _fsync_directory(log.dir)
+        swap_in(old, cleaned)
         log.replace_segments(old, cleaned.base_offset)
-
-    def _maybe_crash(self, point: str) -> None:
-        if self.crash_point == point:
-            raise SimulatedCrash(point)
 
     # -- the broker's task ------------------------------------------------------------------
 
@@ -805,8 +656,6 @@ class LogCleaner:
 
     async def run(self) -> None:
         """log.cleaner.enable: clean while there is work, else sleep log.cleaner.backoff.ms."""
-        import trio
-
         if not self.config.enable:
             logger.info("The log cleaner is disabled (log.cleaner.enable=false); compacted topics will grow")
             return

@@ -1,54 +1,64 @@
-"""Topic-level log configuration with Kafka's names, defaults and validation rules."""
+"""The topic configs the log and the produce path act on, as one LogConfig per topic.
+
+Names, defaults, parsing and validation are config.py's TOPIC_CONFIGS: a LogConfig attribute is
+its topic key with dots as underscores (``segment.bytes`` -> ``segment_bytes``).
+"""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping
+from typing import Any, Mapping
 
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
+from kafkacompat.config import TOPIC_CONFIGS, format_value
 
-TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-CLEANUP_POLICIES = ("compact", "delete")
+INT64_MAX = 2**63 - 1  # Long.MAX_VALUE: the timestamp limits' "no limit" default
 # compression.type -> the codec id batches are stored with; "producer" keeps the producer's (-1).
 COMPRESSION_CODECS = {"producer": -1, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def _parse(name: str, raw: str | None) -> Any:
+    """A topic key's value as LogConfig holds it: lists (cleanup.policy) as comma-joined strings."""
+    value = TOPIC_CONFIGS[name].parse(raw)
+    return format_value(value) if isinstance(value, list) else value
+
+
+def _default(name: str) -> Any:
+    return _parse(name, TOPIC_CONFIGS[name].default)
 
 
 @dataclass
 class LogConfig:
     """The topic configs the log acts on; defaults are Kafka's."""
 
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_index_bytes: int = 10485760
-    index_interval_bytes: int = 4096
-    retention_ms: int = 604800000  # -1 = forever
-    retention_bytes: int = -1  # -1 = no size limit
-    max_message_bytes: int = 1048588  # enforced by the produce path (validate_batches), not here
-    message_timestamp_type: str = "CreateTime"  # or "LogAppendTime"
-    cleanup_policy: str = "delete"  # comma-separated: "delete", "compact" or both
-    flush_messages: int = INT64_MAX
-    flush_ms: int = INT64_MAX
+    segment_bytes: int = _default("segment.bytes")
+    segment_ms: int = _default("segment.ms")
+    segment_index_bytes: int = _default("segment.index.bytes")
+    index_interval_bytes: int = _default("index.interval.bytes")
+    retention_ms: int = _default("retention.ms")  # -1 = forever
+    retention_bytes: int = _default("retention.bytes")  # -1 = no size limit
+    max_message_bytes: int = _default("max.message.bytes")  # enforced by the produce path, not here
+    message_timestamp_type: str = _default("message.timestamp.type")  # or "LogAppendTime"
+    cleanup_policy: str = _default("cleanup.policy")  # comma-separated: "delete", "compact" or both
+    # fsync after this many unflushed messages / when the last flush is this old (LogManager).
+    flush_messages: int = _default("flush.messages")
+    flush_ms: int = _default("flush.ms")
     # Compaction (cleanup.policy containing "compact"); see log/cleaner.py.
-    delete_retention_ms: int = 86400000
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = INT64_MAX
-    # Accepted for compatibility only: deleted segments are unlinked at once, because every
-    # in-flight read holds its own duplicated descriptor.
-    file_delete_delay_ms: int = 60000
+    delete_retention_ms: int = _default("delete.retention.ms")
+    min_cleanable_dirty_ratio: float = _default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = _default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = _default("max.compaction.lag.ms")
     # What the produce path does to a client's batch before it is appended (Kafka's LogValidator;
     # handlers/produce.py). These settings act on incoming batches, not on the stored log, so they
     # are left out of equality (compare=False): two configs that store and clean alike are equal.
-    compression_type: str = field(default="producer", compare=False)
-    compression_gzip_level: int = field(default=-1, compare=False)  # -1: zlib's default (6)
-    compression_lz4_level: int = field(default=9, compare=False)  # 9: the fast compressor, as Kafka
-    compression_zstd_level: int = field(default=3, compare=False)
-    message_timestamp_before_max_ms: int = field(default=INT64_MAX, compare=False)
-    message_timestamp_after_max_ms: int = field(default=INT64_MAX, compare=False)
-    message_timestamp_difference_max_ms: int = field(default=INT64_MAX, compare=False)  # deprecated
+    compression_type: str = field(default=_default("compression.type"), compare=False)
+    compression_gzip_level: int = field(default=_default("compression.gzip.level"), compare=False)  # -1: zlib's 6
+    compression_lz4_level: int = field(default=_default("compression.lz4.level"), compare=False)
+    compression_zstd_level: int = field(default=_default("compression.zstd.level"), compare=False)
+    message_timestamp_before_max_ms: int = field(default=_default("message.timestamp.before.max.ms"), compare=False)
+    message_timestamp_after_max_ms: int = field(default=_default("message.timestamp.after.max.ms"), compare=False)
+    message_timestamp_difference_max_ms: int = field(  # deprecated
+        default=_default("message.timestamp.difference.max.ms"), compare=False)
 
     def __post_init__(self) -> None:
         # Derived once, read by every produce request (a config is replaced whole, never edited):
@@ -69,23 +79,14 @@ class LogConfig:
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> "LogConfig":
-        """Build from Kafka topic config names (``segment.bytes``...); unknown keys are ignored.
-
-        Raises ValueError naming the key and the accepted range when a value is invalid.
-        """
-        values: dict[str, object] = {}
-        for key, raw in props.items():
-            spec = _PROPERTIES.get(key)
-            if spec is None:
-                continue
-            attribute, parse = spec
-            values[attribute] = parse(key, str(raw).strip())
-        return cls(**values)
+        """Build from Kafka topic config names (``segment.bytes``...); keys LogConfig does not hold
+        are ignored. Raises ConfigError (a ValueError) naming the key when a value is invalid."""
+        return cls(**{_ATTRIBUTE_OF_KEY[key]: _parse(key, str(raw)) for key, raw in props.items()
+                      if key in _ATTRIBUTE_OF_KEY})
 
     def to_properties(self) -> dict[str, str]:
         """The Kafka topic config names and values (for DescribeConfigs and the like)."""
-        by_attribute = {attribute: key for key, (attribute, _) in _PROPERTIES.items()}
-        return {by_attribute[f.name]: str(getattr(self, f.name)) for f in fields(self)}
+        return {key: format_value(getattr(self, attribute)) or "" for key, attribute in _ATTRIBUTE_OF_KEY.items()}
 
     @property
     def deletes_old_segments(self) -> bool:
@@ -109,94 +110,6 @@ def _split_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-def _integer(minimum: int, maximum: int) -> Callable[[str, str], int]:
-    def parse(key: str, raw: str) -> int:
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"Invalid value {raw!r} for configuration {key}: not an integer") from None
-        if value < minimum:
-            raise ValueError(f"Invalid value {value} for configuration {key}: must be at least {minimum}")
-        if value > maximum:
-            raise ValueError(f"Invalid value {value} for configuration {key}: must be at most {maximum}")
-        return value
-
-    return parse
-
-
-def _ratio(key: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"Invalid value {raw!r} for configuration {key}: not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"Invalid value {value} for configuration {key}: must be between 0 and 1")
-    return value
-
-
-def _timestamp_type(key: str, raw: str) -> str:
-    if raw not in TIMESTAMP_TYPES:
-        raise ValueError(f"Invalid value {raw!r} for configuration {key}: must be one of {', '.join(TIMESTAMP_TYPES)}")
-    return raw
-
-
-def _compression_type(key: str, raw: str) -> str:
-    value = raw.lower()
-    if value not in COMPRESSION_CODECS:
-        raise ValueError(
-            f"Invalid value {raw!r} for configuration {key}: must be one of {', '.join(COMPRESSION_CODECS)}")
-    return value
-
-
-def _level(minimum: int, maximum: int, default: int) -> Callable[[str, str], int]:
-    """A compression level: Kafka's range for the codec, or the codec's default sentinel."""
-    in_range = _integer(minimum, maximum)
-
-    def parse(key: str, raw: str) -> int:
-        try:
-            if int(raw) == default:
-                return default
-        except ValueError:
-            pass
-        return in_range(key, raw)
-
-    return parse
-
-
-def _cleanup_policy(key: str, raw: str) -> str:
-    policies = _split_list(raw)
-    unknown = [policy for policy in policies if policy not in CLEANUP_POLICIES]
-    if unknown:
-        raise ValueError(
-            f"Invalid value {raw!r} for configuration {key}: {', '.join(unknown)} is not one of "
-            f"{', '.join(CLEANUP_POLICIES)}"
-        )
-    return ",".join(policies)
-
-
-# Kafka topic config name -> (LogConfig attribute, parser); ranges follow Kafka's validators.
-_PROPERTIES: dict[str, tuple[str, Callable[[str, str], object]]] = {
-    "segment.bytes": ("segment_bytes", _integer(14, INT32_MAX)),
-    "segment.ms": ("segment_ms", _integer(1, INT64_MAX)),
-    "segment.index.bytes": ("segment_index_bytes", _integer(4, INT32_MAX)),
-    "index.interval.bytes": ("index_interval_bytes", _integer(0, INT32_MAX)),
-    "retention.ms": ("retention_ms", _integer(-1, INT64_MAX)),
-    "retention.bytes": ("retention_bytes", _integer(INT64_MIN, INT64_MAX)),
-    "max.message.bytes": ("max_message_bytes", _integer(0, INT32_MAX)),
-    "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
-    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
-    "flush.messages": ("flush_messages", _integer(1, INT64_MAX)),
-    "flush.ms": ("flush_ms", _integer(0, INT64_MAX)),
-    "file.delete.delay.ms": ("file_delete_delay_ms", _integer(0, INT64_MAX)),
-    "delete.retention.ms": ("delete_retention_ms", _integer(0, INT64_MAX)),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", _integer(0, INT64_MAX)),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", _integer(1, INT64_MAX)),
-    "compression.type": ("compression_type", _compression_type),
-    "compression.gzip.level": ("compression_gzip_level", _level(1, 9, -1)),
-    "compression.lz4.level": ("compression_lz4_level", _level(1, 17, 9)),
-    "compression.zstd.level": ("compression_zstd_level", _level(-131072, 22, 3)),
-    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0, INT64_MAX)),
-    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0, INT64_MAX)),
-    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _integer(0, INT64_MAX)),
+_ATTRIBUTE_OF_KEY: Mapping[str, str] = {
+    f.name.replace("_", "."): f.name for f in fields(LogConfig) if f.name.replace("_", ".") in TOPIC_CONFIGS
 }

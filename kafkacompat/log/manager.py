@@ -1,8 +1,15 @@
-"""All partition logs of one data directory: loading, creating, deleting, checkpoints, clean shutdown.
+"""All partition logs of one data directory: loading, creating, deleting, flushing, checkpoints,
+clean shutdown.
 
 The directory is laid out as Kafka's log.dirs entry: ``<topic>-<partition>/`` per partition, the
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint`` files, and the
 ``.kafka_cleanshutdown`` marker written by a clean shutdown.
+
+Flushing (Kafka's flush.messages, flush.ms and log.flush.scheduler.interval.ms): by default nothing
+is fsynced before a clean shutdown, as in Kafka (durability comes from replication). ``run_flusher``
+fsyncs, in a worker thread, a log whose append reached flush.messages unflushed messages at once,
+and every log.flush.scheduler.interval.ms the logs whose last flush is flush.ms old; each flush
+moves the log's recovery point, which the next checkpoint records.
 """
 
 from __future__ import annotations
@@ -13,12 +20,16 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
+import trio
+
+from kafkacompat.log.checkpoint import TopicPartition, fsync_directory, read_checkpoint, write_checkpoint
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from kafkacompat.log.segment import now_ms as wall_clock_ms
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -26,10 +37,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 DELETE_DIR_SUFFIX = "-delete"
-CHECKPOINT_VERSION = 0
 _NOTHING_TO_RECOVER = sys.maxsize  # recovery point after a clean shutdown: trust every segment
-
-TopicPartition = tuple[str, int]
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
@@ -38,40 +46,6 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     if not dash or not topic or not partition.isdigit():
         return None
     return topic, int(partition)
-
-
-def read_checkpoint(path: Path) -> dict[TopicPartition, int]:
-    """Kafka's offset checkpoint: "0", the entry count, then "topic partition offset" lines."""
-    if not path.exists():
-        return {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if len(lines) < 2 or lines[0].strip() != str(CHECKPOINT_VERSION):
-        raise ValueError(f"{path} is not a version {CHECKPOINT_VERSION} offset checkpoint")
-    count = int(lines[1])
-    entries = [line for line in lines[2:] if line.strip()]
-    if len(entries) != count:
-        raise ValueError(f"{path} announces {count} entries but holds {len(entries)}")
-    offsets: dict[TopicPartition, int] = {}
-    for line in entries:
-        fields = line.split()
-        if len(fields) != 3:
-            raise ValueError(f"{path} has a malformed line: {line!r}")
-        topic, partition, offset = fields
-        offsets[(topic, int(partition))] = int(offset)
-    return offsets
-
-
-def write_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
-    """Write atomically: a temporary file, fsync, rename over the old one, fsync the directory."""
-    lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
-    temporary = path.with_name(path.name + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
-        file.write("\n".join(lines) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    _fsync_directory(path.parent)
 
 
 class LogManager:
@@ -85,6 +59,8 @@ class LogManager:
         self._logs: dict[TopicPartition, PartitionLog] = {}
         self.had_clean_shutdown: bool | None = None  # known after load_all()
         self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
+        self._flush_queue: dict[TopicPartition, PartitionLog] = {}  # flush.messages reached
+        self._flush_queued: trio.Event | None = None  # run_flusher's: set when a log is queued
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Open every partition directory; recover after an unclean shutdown; then drop the marker."""
@@ -103,13 +79,13 @@ class LogManager:
             if key is None or key in self._logs:
                 continue
             topic, partition = key
-            self._logs[key] = PartitionLog.open(
+            self._logs[key] = self._managed(PartitionLog.open(
                 entry, topic, partition, config_for(topic),
                 recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
                 file_cache=self._files,
                 log_start_offset=log_start_offsets.get(key),
                 producer_id_expiration_ms=self.producer_id_expiration_ms,
-            )
+            ))
         marker.unlink(missing_ok=True)
         self.had_clean_shutdown = clean
         if not self._logs and not clean:
@@ -137,7 +113,11 @@ class LogManager:
             return existing
         log = PartitionLog.open(self.data_dir / f"{topic}-{partition}", topic, partition, config,
                                 file_cache=self._files, producer_id_expiration_ms=self.producer_id_expiration_ms)
-        self._logs[(topic, partition)] = log
+        self._logs[(topic, partition)] = self._managed(log)
+        return log
+
+    def _managed(self, log: PartitionLog) -> PartitionLog:
+        log.on_flush_due = self._queue_flush
         return log
 
     def delete_partition(self, topic: str, partition: int) -> None:
@@ -150,7 +130,7 @@ class LogManager:
             return
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.rename(directory, doomed)
-        _fsync_directory(self.data_dir)
+        fsync_directory(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
         logger.info("Deleted the log of %s-%d", topic, partition)
 
@@ -160,6 +140,48 @@ class LogManager:
     def apply_retention(self, now_ms: int) -> int:
         """Run retention on every log; returns the number of segments deleted."""
         return sum(log.apply_retention(now_ms) for log in self._logs.values())
+
+    # -- flushing --------------------------------------------------------------------------------
+
+    def _queue_flush(self, log: PartitionLog) -> None:
+        """flush.messages reached (called on the event loop by the append): the flusher takes it."""
+        self._flush_queue[(log.topic, log.partition)] = log
+        if self._flush_queued is not None:
+            self._flush_queued.set()
+
+    def flush_due(self, now_ms: int) -> list[PartitionLog]:
+        """The logs whose flush.ms has passed since their last flush (Kafka's flushDirtyLogs)."""
+        return [log for log in self._logs.values() if log.flush_due_by_time(now_ms)]
+
+    async def run_flusher(self, scheduler_interval_ms: int) -> None:
+        """The broker's flush task: queued logs at once, ``flush_due`` logs every
+        ``scheduler_interval_ms`` (log.flush.scheduler.interval.ms; Long.MAX_VALUE: never)."""
+        interval = scheduler_interval_ms / 1000
+        next_check = trio.current_time() + interval
+        while True:
+            if not self._flush_queue:
+                self._flush_queued = trio.Event()
+                with trio.move_on_at(next_check):
+                    await self._flush_queued.wait()
+            due = dict(self._flush_queue)
+            self._flush_queue.clear()
+            if trio.current_time() >= next_check:
+                due.update(((log.topic, log.partition), log) for log in self.flush_due(wall_clock_ms()))
+                next_check = trio.current_time() + interval
+            for key, log in due.items():
+                if self._logs.get(key) is log:
+                    await self._flush_in_worker_thread(log)
+
+    @staticmethod
+    async def _flush_in_worker_thread(log: PartitionLog) -> None:
+        try:
+            flushed_to = await trio.to_thread.run_sync(log.fsync_unflushed)
+        except OSError as error:
+            logger.error("Could not fsync the log of %s (will retry at its next flush): %s", log.name, error)
+            return
+        log.mark_flushed(flushed_to)
+
+    # -- checkpoints -------------------------------------------------------------------------------
 
     def checkpoint(self) -> None:
         write_checkpoint(self.data_dir / RECOVERY_POINT_CHECKPOINT,
@@ -185,14 +207,7 @@ class LogManager:
             file.write('{"version":0,"brokerEpoch":-1}')
             file.flush()
             os.fsync(file.fileno())
-        _fsync_directory(self.data_dir)
+        fsync_directory(self.data_dir)
         self._logs.clear()
         self._files.close()
 
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

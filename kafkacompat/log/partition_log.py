@@ -9,7 +9,9 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
+from kafkacompat.log.checkpoint import fsync_directory
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP
@@ -24,6 +26,7 @@ from kafkacompat.log.segment import (
     parse_segment_file_name,
 )
 from kafkacompat.log.segment import now_ms as wall_clock_ms
+from kafkacompat.log.swap import complete_interrupted_swaps
 from kafkacompat.wire.chunks import FileRegion, close_chunks
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import BatchHeader, patch_base_offset, patch_leader_epoch, set_log_append_time
@@ -68,8 +71,12 @@ class UnexpectedAppendOffsetError(KafkaError):
 class PartitionLog:
     """Segments ``<base>.log/.index/.timeindex`` in ``<data_dir>/<topic>-<partition>``.
 
-    Not thread-safe, except that ``flush()`` may run in a worker thread while the event loop keeps
-    appending and reading.
+    Not thread-safe, except that ``fsync_unflushed()`` may run in a worker thread while the event
+    loop keeps appending and reading.
+
+    ``flush.messages``: an append that brings the unflushed messages (log end offset minus recovery
+    point) to flush.messages calls ``on_flush_due(log)``: by default ``flush`` right there; a
+    LogManager queues the log for its flusher instead, which fsyncs in a worker thread.
     """
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
@@ -78,16 +85,18 @@ class PartitionLog:
         self.dir = directory
         self.topic = topic
         self.partition = partition
-        self.config = config
+        self._recovery_point = 0
+        self.config = config  # after the recovery point: the setter derives the flush threshold
+        self.on_flush_due: Callable[[PartitionLog], None] = PartitionLog.flush
         self._files = files
         self._owns_files = owns_files
         self._segments: list[LogSegment] = []
         self._bases: list[int] = []  # base offsets of _segments, for bisect
         self._log_start_offset = 0
         self._log_end_offset = 0
-        self._recovery_point = 0
         self._last_flush_ms = wall_clock_ms()
         self.recovered_segments = 0  # how many segments open() had to validate batch by batch
+        self.flushes = 0  # flushes completed (flush.messages, flush.ms, shutdown)
         # Idempotent producers: updated by every append, snapshotted at roll and close.
         self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}",
                                                    expiration_ms=producer_id_expiration_ms)
@@ -117,9 +126,21 @@ class PartitionLog:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
-    def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
-        from kafkacompat.log.cleaner import complete_interrupted_swaps
+    @property
+    def config(self) -> LogConfig:
+        return self._config
 
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """A topic's config is replaced whole (AlterConfigs); the flush threshold follows it."""
+        self._config = config
+        self._flush_at_offset = self._recovery_point + config.flush_messages
+
+    def _set_recovery_point(self, offset: int) -> None:
+        self._recovery_point = offset
+        self._flush_at_offset = offset + self._config.flush_messages
+
+    def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
         complete_interrupted_swaps(self.dir, self.name)
         self._remove_leftovers()
         for base in self._segment_bases_on_disk():
@@ -134,7 +155,7 @@ class PartitionLog:
         self._log_start_offset = self._initial_log_start_offset(log_start_offset)
         for segment in recovered:
             segment.fsync()
-        self._recovery_point = self._log_end_offset
+        self._set_recovery_point(self._log_end_offset)
         self._rebuild_producer_state()
         logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
                      self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
@@ -164,8 +185,8 @@ class PartitionLog:
     def _segment_options(self) -> dict[str, object]:
         return {
             "label": self.name,
-            "index_interval_bytes": self.config.index_interval_bytes,
-            "segment_index_bytes": self.config.segment_index_bytes,
+            "index_interval_bytes": self._config.index_interval_bytes,
+            "segment_index_bytes": self._config.segment_index_bytes,
         }
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -315,15 +336,16 @@ class PartitionLog:
         if not headers:
             raise ValueError(f"append to {self.name} carried no record batch")
         now = now_ms if now_ms is not None else wall_clock_ms()
-        if len(records) > self.config.segment_bytes:
+        if len(records) > self._config.segment_bytes:
             raise KafkaError(
                 ErrorCode.RECORD_LIST_TOO_LARGE,
-                f"{len(records)} bytes of batches for {self.name} exceed its segment.bytes {self.config.segment_bytes}",
+                f"{len(records)} bytes of batches for {self.name} exceed its segment.bytes "
+                f"{self._config.segment_bytes}",
             )
         log_append_time = -1
         if assign_offsets:
             self._assign_offsets(records, headers, leader_epoch)
-            if self.config.uses_log_append_time:
+            if self._config.uses_log_append_time:
                 log_append_time = now
                 for header in headers:
                     set_log_append_time(records, header, now)
@@ -338,6 +360,8 @@ class PartitionLog:
                              f"could not write to {self.name} {segment.name}: {error}") from error
         self._log_end_offset = headers[-1].next_offset
         self.producer_state.update_all(headers)
+        if self._log_end_offset >= self._flush_at_offset:  # the only flush cost of an append
+            self.on_flush_due(self)
         return AppendInfo(first_offset, last_offset, log_append_time, self._log_start_offset)
 
     def _assign_offsets(self, records: memoryview, headers: list[BatchHeader], leader_epoch: int) -> None:
@@ -371,13 +395,13 @@ class PartitionLog:
             return "offsets would overflow the segment's relative offsets"
         if active.size == 0:
             return None
-        if active.size > self.config.segment_bytes - size:
-            return f"segment.bytes {self.config.segment_bytes} reached"
+        if active.size > self._config.segment_bytes - size:
+            return f"segment.bytes {self._config.segment_bytes} reached"
         incoming_max_timestamp = max(header.max_timestamp for header in headers)
-        if active.time_waited_for_roll(now, incoming_max_timestamp) > self.config.segment_ms:
-            return f"segment.ms {self.config.segment_ms} elapsed"
+        if active.time_waited_for_roll(now, incoming_max_timestamp) > self._config.segment_ms:
+            return f"segment.ms {self._config.segment_ms} elapsed"
         if active.offset_index_full or active.time_index_full:
-            return f"segment.index.bytes {self.config.segment_index_bytes} filled an index"
+            return f"segment.index.bytes {self._config.segment_index_bytes} filled an index"
         return None
 
     def _roll(self, base_offset: int, reason: str) -> None:
@@ -521,7 +545,7 @@ class PartitionLog:
         dropped_bytes, next_offset = self._segments[-1].truncate_to(offset)
         self._log_end_offset = next_offset
         self._log_start_offset = min(self._log_start_offset, next_offset)
-        self._recovery_point = min(self._recovery_point, next_offset)
+        self._set_recovery_point(min(self._recovery_point, next_offset))
         self._rebuild_producer_state()
         logger.info("Truncated %s to offset %d: dropped %d bytes and %d whole segments; log end offset is %d",
                     self.name, offset, dropped_bytes, dropped_segments, next_offset)
@@ -533,7 +557,8 @@ class PartitionLog:
         self._segments.clear()
         self._bases.clear()
         self._add_segment(self._new_segment(offset))
-        self._log_start_offset = self._log_end_offset = self._recovery_point = offset
+        self._log_start_offset = self._log_end_offset = offset
+        self._set_recovery_point(offset)
         self.producer_state.truncate_fully_and_start_at(offset)
         logger.info("Truncated %s fully; it now starts at offset %d", self.name, offset)
 
@@ -561,7 +586,7 @@ class PartitionLog:
         Segments entirely below the log start offset go whatever the policy.
         """
         deleted = self._delete_segments_below_log_start()
-        if self.config.deletes_old_segments:
+        if self._config.deletes_old_segments:
             deleted += self._delete_by_time(now_ms) + self._delete_by_size()
         return deleted
 
@@ -573,7 +598,7 @@ class PartitionLog:
         return deleted
 
     def _delete_by_time(self, now: int) -> int:
-        retention_ms = self.config.retention_ms
+        retention_ms = self._config.retention_ms
         if retention_ms < 0:
             return 0
         deleted = 0
@@ -586,7 +611,7 @@ class PartitionLog:
         return deleted
 
     def _delete_by_size(self) -> int:
-        retention_bytes = self.config.retention_bytes
+        retention_bytes = self._config.retention_bytes
         if retention_bytes < 0:
             return 0
         excess = self.size_bytes - retention_bytes
@@ -608,7 +633,12 @@ class PartitionLog:
     # -- durability and shutdown ------------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync what is not yet on disk and move the recovery point to the log end offset.
+        """fsync what is not yet on disk and move the recovery point to the log end offset."""
+        self.mark_flushed(self.fsync_unflushed())
+
+    def fsync_unflushed(self) -> int:
+        """fsync the segments holding offsets from the recovery point on; returns the log end
+        offset they were taken at (for ``mark_flushed``).
 
         Safe to call from a worker thread while the event loop appends (it uses its own file
         descriptors and a snapshot of the segment list).
@@ -618,20 +648,23 @@ class PartitionLog:
         first = max(0, bisect_right(bases, self._recovery_point) - 1)
         for segment in segments[first:]:
             segment.fsync()
-        _fsync_directory(self.dir)
-        self._recovery_point = max(self._recovery_point, min(end_offset, self._log_end_offset))
+        fsync_directory(self.dir)
+        return end_offset
+
+    def mark_flushed(self, offset: int) -> None:
+        """Everything below ``offset`` is on disk: the recovery point moves there (never back, never
+        past a truncated log end)."""
+        self._set_recovery_point(max(self._recovery_point, min(offset, self._log_end_offset)))
         self._last_flush_ms = wall_clock_ms()
+        self.flushes += 1
 
     @property
     def unflushed_messages(self) -> int:
         return self._log_end_offset - self._recovery_point
 
-    def should_flush(self, now_ms: int) -> bool:
-        """Whether flush.messages or flush.ms asks for a flush now."""
-        unflushed = self.unflushed_messages
-        if unflushed <= 0:
-            return False
-        return unflushed >= self.config.flush_messages or now_ms - self._last_flush_ms >= self.config.flush_ms
+    def flush_due_by_time(self, now_ms: int) -> bool:
+        """flush.ms: unflushed messages, and the last flush is at least flush.ms old."""
+        return self._log_end_offset > self._recovery_point and now_ms - self._last_flush_ms >= self._config.flush_ms
 
     def close(self, *, snapshot: bool = True) -> None:
         """Close the files; with ``snapshot`` (a clean shutdown) first write the producer state at
@@ -656,13 +689,3 @@ class PartitionLog:
         return (f"PartitionLog({self.name}, offsets {self._log_start_offset}..{self._log_end_offset}, "
                 f"{len(self._segments)} segments)")
 
-
-def _fsync_directory(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -55,6 +55,7 @@ from typing import Callable, Iterable, Iterator
 
 import crc32c
 
+from kafkacompat.config import broker_default
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import BatchHeader
 
@@ -65,7 +66,7 @@ NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 INT32_MAX = 2**31 - 1
 NUM_BATCHES_TO_RETAIN = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN (= max.in.flight)
-DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+DEFAULT_PRODUCER_ID_EXPIRATION_MS: int = broker_default("producer.id.expiration.ms")
 
 SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1

@@ -53,6 +53,40 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_FILE_READ_BLOCK = 1 << 20  # batches_in_file reads this much at a time
+
+
+def batches_in_file(path: str, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
+    """(header, bytes) of each whole batch in the first ``size`` bytes of a .log, read with a
+    descriptor of its own (usable from any thread; FileNotFoundError if the file is gone). Each
+    header's position is 0: relative to its bytes. Stops quietly at anything that does not frame."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        position = 0
+        block, block_start = b"", 0
+        while size - position >= HEADER_SIZE:
+            in_block = position - block_start
+            if in_block + HEADER_SIZE > len(block):
+                block = os.pread(fd, min(_FILE_READ_BLOCK, size - position), position)
+                block_start, in_block = position, 0
+                if len(block) < HEADER_SIZE:
+                    return
+            header = read_header(block, in_block)
+            if header.batch_length < MIN_BATCH_LENGTH or position + header.size > size:
+                return
+            if in_block + header.size <= len(block):
+                data = block[in_block:in_block + header.size]
+            else:
+                data = os.pread(fd, header.size, position)
+                if len(data) < header.size:
+                    return
+            header.position = 0
+            yield header, data
+            position += header.size
+    finally:
+        os.close(fd)
+
+
 @dataclass
 class ScanOutcome:
     """What a recovery or rebuild scan found: the valid prefix and why it stopped early."""

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.replication.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from kafkacompat.wire import codec
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.fetch import FETCH_MAX_VERSION, decode_fetch_response
 from kafkacompat.wire.produce import INT16, INT32, make_writer
@@ -101,15 +102,13 @@ class _Connection:
 
 async def _api_versions(conn: _Connection) -> dict[int, tuple[int, int]]:
     body = await conn.request(API_VERSIONS_KEY, 0, b"", flexible_header=False, flexible_response=False)
-    (error_code,) = INT16.unpack_from(body, 0)
-    if error_code:
-        raise FetcherConnectionError(f"ApiVersions failed with error {error_code}")
-    (count,) = INT32.unpack_from(body, 2)
-    versions = {}
-    for i in range(count):
-        key, low, high = struct.unpack_from(">hhh", body, 6 + 6 * i)
-        versions[key] = (low, high)
-    return versions
+    try:
+        response = codec.decode_response(API_VERSIONS_KEY, 0, body)
+    except codec.DecodeError as exc:
+        raise FetcherConnectionError(f"unreadable ApiVersions response: {exc}") from None
+    if response.error_code:
+        raise FetcherConnectionError(f"ApiVersions failed with error {response.error_code}")
+    return {entry.api_key: (entry.min_version, entry.max_version) for entry in response.api_keys}
 
 
 @dataclass(slots=True)

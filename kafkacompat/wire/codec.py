@@ -1,94 +1,98 @@
-"""The one adapter over kafka-python 3's schema classes, used for control-plane APIs.
+"""The control-plane codecs: Kafka's message specs generated into kafkacompat/wire/messages/.
 
-Every other module talks to kafka-python only through here, so the library can be swapped for
-generated code later without touching handlers. kafka-python is imported lazily: it is off the
-path to the first accepted connection.
+Handlers see typed dataclasses (attribute names are the snake_case of the spec's field names;
+nested struct classes hang off their parent, ``response_class(METADATA).MetadataResponseTopic``).
+A message module is imported the first time its API is used, so none of this is on the path to
+the first accepted connection. scripts/generate_codecs.py regenerates the modules.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import struct
 from typing import Any
 
+from kafkacompat.wire.message_runtime import DecodeError, UnsupportedFieldError
+from kafkacompat.wire.messages import APIS
 
-class DecodeError(ValueError):
-    """The request body does not parse at the version its header names."""
+__all__ = [
+    "DecodeError", "EncodeError", "decode_request", "decode_response", "encode_request", "encode_response",
+    "flexible_versions", "new_response", "request_class", "response_class", "struct_class", "valid_versions",
+]
+
+
+class EncodeError(ValueError):
+    """A message that cannot be written at the requested version (a bug in whoever built it)."""
 
 
 @functools.cache
-def _classes() -> dict[tuple[int, str], Any]:
-    import importlib
-
-    from kafka.protocol.api_message import ApiMessage
-
-    found: dict[tuple[int, str], Any] = {}
-    for module_name in ("admin", "consumer", "metadata", "producer"):
-        module = importlib.import_module(f"kafka.protocol.{module_name}")
-        for name in getattr(module, "__all__", dir(module)):
-            cls = getattr(module, name, None)
-            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
-                try:
-                    found[(cls.API_KEY, cls.type)] = cls
-                except (AttributeError, TypeError):
-                    continue
-    return found
+def _message_class(api_key: int, kind: str) -> Any:
+    name, module, _, _, _ = APIS[api_key]
+    return getattr(importlib.import_module(f"kafkacompat.wire.messages.{module}_{kind}"), f"{name}{kind.title()}")
 
 
 def request_class(api_key: int) -> Any:
-    return _classes()[(api_key, "request")]
+    return _message_class(api_key, "request")
 
 
 def response_class(api_key: int) -> Any:
-    return _classes()[(api_key, "response")]
+    return _message_class(api_key, "response")
 
 
-def schema_version_range(api_key: int) -> tuple[int, int] | None:
-    """The versions kafka-python's schema for this API can encode and decode."""
-    cls = _classes().get((api_key, "request"))
-    if cls is None:
-        return None
-    low, high = cls.valid_versions
-    return low, high
+def valid_versions(api_key: int) -> tuple[int, int] | None:
+    """The versions Kafka's spec defines for this API (what the generated codecs read and write)."""
+    entry = APIS.get(api_key)
+    return (entry[2], entry[3]) if entry else None
+
+
+def flexible_versions(api_key: int) -> int | None:
+    """The first flexible version of the API, or None when it has none."""
+    entry = APIS.get(api_key)
+    return entry[4] if entry else None
 
 
 def decode_request(api_key: int, version: int, body: bytes | bytearray | memoryview) -> Any:
-    cls = request_class(api_key)
+    return _decode(request_class(api_key), version, body)
+
+
+def decode_response(api_key: int, version: int, body: bytes | bytearray | memoryview) -> Any:
+    return _decode(response_class(api_key), version, body)
+
+
+def _decode(cls: Any, version: int, body: bytes | bytearray | memoryview) -> Any:
     try:
-        message = cls.decode(memoryview(body), version=version)
-    except Exception as exc:  # the library raises struct.error, IndexError, ValueError...
-        raise DecodeError(f"malformed {cls.name} v{version} request: {exc!r}") from exc
-    _check_non_nullable(cls.fields, message, version, cls.name)
-    return message
-
-
-_NULLABLE_TYPES = ("string", "bytes", "records")
-
-
-def _check_non_nullable(fields: dict, message: Any, version: int, where: str) -> None:
-    """Kafka's generated readers refuse null (length -1) for a string, bytes or array field that
-    is not nullable at this version ("non-nullable field X was serialized as null"); kafka-python
-    decodes it as None, which no handler expects."""
-    for attribute, field in fields.items():
-        if field._tag is not None or not field.for_version_q(version):
-            continue
-        value = getattr(message, attribute, None)
-        if value is None:
-            if (field.is_array() or field._type_str in _NULLABLE_TYPES) and not field.nullable_for_version_q(version):
-                raise DecodeError(f"malformed {where} v{version} request: non-nullable field {field.name} "
-                                  f"was serialized as null")
-        elif field.is_struct_array():
-            for item in value:
-                _check_non_nullable(field.fields, item, version, where)
-        elif field.is_struct():
-            _check_non_nullable(field.fields, value, version, where)
+        return cls.decode(body, version)
+    except DecodeError as exc:
+        raise DecodeError(f"malformed {cls.__name__} v{version}: {exc}") from exc
+    except KeyError as exc:
+        raise DecodeError(f"{cls.__name__} has no version {version}") from exc
+    except Exception as exc:  # struct.error, IndexError, UnicodeDecodeError: a short or garbled body
+        raise DecodeError(f"malformed {cls.__name__} v{version}: {exc!r}") from exc
 
 
 def new_response(api_key: int, version: int, **fields: Any) -> Any:
-    return response_class(api_key)(version=version, **fields)
+    """A response message (the version is given when it is encoded; kept for the handlers' calls)."""
+    return response_class(api_key)(**fields)
 
 
 def encode_response(message: Any, version: int) -> bytes:
-    return bytes(message.encode(version=version))
+    return _encode(message, version)
+
+
+def encode_request(message: Any, version: int) -> bytes:
+    return _encode(message, version)
+
+
+def _encode(message: Any, version: int) -> bytes:
+    try:
+        return bytes(message.encode(version))
+    except UnsupportedFieldError as exc:
+        raise EncodeError(f"{type(message).__name__} v{version}: {exc}") from exc
+    except KeyError as exc:
+        raise EncodeError(f"{type(message).__name__} has no version {version}") from exc
+    except (AttributeError, TypeError, ValueError, OverflowError, struct.error) as exc:  # e.g. None for a value
+        raise EncodeError(f"{type(message).__name__} v{version} cannot be encoded: {exc!r}") from exc
 
 
 def struct_class(message_cls: Any, *path: str) -> Any:

@@ -5,6 +5,12 @@ server can ``recv_into`` it without an extra copy) and takes complete frames out
 its own bytearray, so the Produce path can patch record batches in place and keep them past the
 next read. The claimed size is checked against socket.request.max.bytes before anything is
 allocated, and large frames grow as their bytes arrive, so a lying length costs nothing.
+
+The decoder's own buffer is small (4 KiB: what an idle connection costs): it holds small frames,
+several at once when a client pipelines them. A frame that does not fit is read straight into a
+buffer of its own (the frame itself, no copy after it is complete), which the decoder lets go of
+when it hands the frame out: the memory a connection holds for reading grows for a large frame
+and shrinks back after it.
 """
 
 from __future__ import annotations
@@ -12,103 +18,16 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from kafkacompat.wire.messages import APIS
+
 _INT32 = struct.Struct(">i")
 _REQUEST_HEADER_V1 = struct.Struct(">hhih")  # api key, version, correlation id, client id length
-_INITIAL_BUFFER = 64 * 1024
+_INITIAL_BUFFER = 4 * 1024
 _LARGE_FRAME_CHUNK = 1024 * 1024
 API_VERSIONS_KEY = 18
 
-# api key -> (first flexible version or None, API name), from Kafka's message definitions.
-API_INFO: dict[int, tuple[int | None, str]] = {
-    0: (9, 'Produce'),
-    1: (12, 'Fetch'),
-    2: (6, 'ListOffsets'),
-    3: (9, 'Metadata'),
-    4: (4, 'LeaderAndIsr'),
-    5: (2, 'StopReplica'),
-    6: (6, 'UpdateMetadata'),
-    7: (3, 'ControlledShutdown'),
-    8: (8, 'OffsetCommit'),
-    9: (6, 'OffsetFetch'),
-    10: (3, 'FindCoordinator'),
-    11: (6, 'JoinGroup'),
-    12: (4, 'Heartbeat'),
-    13: (4, 'LeaveGroup'),
-    14: (4, 'SyncGroup'),
-    15: (5, 'DescribeGroups'),
-    16: (3, 'ListGroups'),
-    17: (None, 'SaslHandshake'),
-    18: (3, 'ApiVersions'),
-    19: (5, 'CreateTopics'),
-    20: (4, 'DeleteTopics'),
-    21: (2, 'DeleteRecords'),
-    22: (2, 'InitProducerId'),
-    23: (4, 'OffsetForLeaderEpoch'),
-    24: (3, 'AddPartitionsToTxn'),
-    25: (3, 'AddOffsetsToTxn'),
-    26: (3, 'EndTxn'),
-    27: (1, 'WriteTxnMarkers'),
-    28: (3, 'TxnOffsetCommit'),
-    29: (2, 'DescribeAcls'),
-    30: (2, 'CreateAcls'),
-    31: (2, 'DeleteAcls'),
-    32: (4, 'DescribeConfigs'),
-    33: (2, 'AlterConfigs'),
-    34: (2, 'AlterReplicaLogDirs'),
-    35: (2, 'DescribeLogDirs'),
-    36: (2, 'SaslAuthenticate'),
-    37: (2, 'CreatePartitions'),
-    38: (2, 'CreateDelegationToken'),
-    39: (2, 'RenewDelegationToken'),
-    40: (2, 'ExpireDelegationToken'),
-    41: (2, 'DescribeDelegationToken'),
-    42: (2, 'DeleteGroups'),
-    43: (2, 'ElectLeaders'),
-    44: (1, 'IncrementalAlterConfigs'),
-    45: (0, 'AlterPartitionReassignments'),
-    46: (0, 'ListPartitionReassignments'),
-    47: (None, 'OffsetDelete'),
-    48: (1, 'DescribeClientQuotas'),
-    49: (1, 'AlterClientQuotas'),
-    50: (0, 'DescribeUserScramCredentials'),
-    51: (0, 'AlterUserScramCredentials'),
-    52: (0, 'Vote'),
-    53: (1, 'BeginQuorumEpoch'),
-    54: (1, 'EndQuorumEpoch'),
-    55: (0, 'DescribeQuorum'),
-    56: (0, 'AlterPartition'),
-    57: (0, 'UpdateFeatures'),
-    58: (0, 'Envelope'),
-    59: (0, 'FetchSnapshot'),
-    60: (0, 'DescribeCluster'),
-    61: (0, 'DescribeProducers'),
-    62: (0, 'BrokerRegistration'),
-    63: (0, 'BrokerHeartbeat'),
-    64: (0, 'UnregisterBroker'),
-    65: (0, 'DescribeTransactions'),
-    66: (0, 'ListTransactions'),
-    67: (0, 'AllocateProducerIds'),
-    68: (0, 'ConsumerGroupHeartbeat'),
-    69: (0, 'ConsumerGroupDescribe'),
-    70: (0, 'ControllerRegistration'),
-    71: (0, 'GetTelemetrySubscriptions'),
-    72: (0, 'PushTelemetry'),
-    73: (0, 'AssignReplicasToDirs'),
-    74: (0, 'ListConfigResources'),
-    75: (0, 'DescribeTopicPartitions'),
-    76: (0, 'ShareGroupHeartbeat'),
-    77: (0, 'ShareGroupDescribe'),
-    78: (0, 'ShareFetch'),
-    79: (0, 'ShareAcknowledge'),
-    80: (0, 'AddRaftVoter'),
-    81: (0, 'RemoveRaftVoter'),
-    82: (0, 'UpdateRaftVoter'),
-    83: (0, 'InitializeShareGroupState'),
-    84: (0, 'ReadShareGroupState'),
-    85: (0, 'WriteShareGroupState'),
-    86: (0, 'DeleteShareGroupState'),
-    87: (0, 'ReadShareGroupStateSummary'),
-}
+# api key -> (first flexible version or None, API name), from the generated codecs' index.
+API_INFO: dict[int, tuple[int | None, str]] = {key: (first, name) for key, (name, _, _, _, first) in APIS.items()}
 
 
 _NEVER = 1 << 30
@@ -164,6 +83,12 @@ class FrameDecoder:
             self._large_filled += count
         else:
             self._end += count
+
+    def close(self) -> None:
+        """Let go of the buffers now (a closed connection's memory is returned right away)."""
+        self._buf = bytearray()
+        self._large = None
+        self._start = self._end = 0
 
     def has_partial_frame(self) -> bool:
         return self._large is not None or self._end > self._start

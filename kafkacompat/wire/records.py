@@ -22,6 +22,7 @@ from typing import Iterator
 
 import crc32c
 
+from kafkacompat.wire import compression
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 HEADER_SIZE = 61
@@ -337,33 +338,12 @@ class Record:
 
 
 def decompress(codec: int, data: bytes) -> bytes:
-    from kafka import codec as codecs  # heavy import, needed only for compressed batches
-
-    decoders = {1: codecs.gzip_decode, 2: codecs.snappy_decode, 3: codecs.lz4_decode, 4: codecs.zstd_decode}
-    if codec not in decoders:
-        raise ValueError(f"unknown compression codec {codec} in a record batch")
-    return decoders[codec](data)
+    return compression.decompress(codec, data)
 
 
 def compress(codec: int, data: bytes, level: int | None = None) -> bytes:
-    """``data`` compressed with ``codec`` in Kafka's framings. ``level`` is Kafka's level for the
-    codec (KIP-390: compression.gzip.level -1 = zlib's default 6, compression.lz4.level 9 = the
-    fast compressor, compression.zstd.level); None keeps kafka-python's defaults (the cleaner's)."""
-    from kafka import codec as codecs
-
-    if level is not None:
-        if codec == 1:
-            return codecs.gzip_encode(data, compresslevel=6 if level == -1 else level)
-        if codec == 3:
-            return codecs.lz4_encode(data, compression_level=0 if level == 9 else level)
-        if codec == 4:
-            import zstandard
-
-            return zstandard.ZstdCompressor(level=level).compress(data)
-    encoders = {1: codecs.gzip_encode, 2: codecs.snappy_encode, 3: codecs.lz4_encode, 4: codecs.zstd_encode}
-    if codec not in encoders:
-        raise ValueError(f"unknown compression codec {codec}")
-    return encoders[codec](data)
+    """``data`` compressed with ``codec`` in Kafka's framings (wire/compression.py)."""
+    return compression.compress(codec, data, level)
 
 
 def read_varint(data: bytes | memoryview, position: int) -> tuple[int, int]:
@@ -503,3 +483,34 @@ def require_record_keys(records: memoryview, headers: list[BatchHeader], partiti
         if keyless:
             raise KafkaError(ErrorCode.INVALID_RECORD,
                              f"Compacted topic cannot accept message without key in topic partition {partition}.")
+
+
+# ---- building a new batch -------------------------------------------------------------------
+
+
+def _length_prefixed(data: bytes | None) -> bytes:
+    return write_varint(-1) if data is None else write_varint(len(data)) + data
+
+
+def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0) -> bytearray:
+    """One RecordBatch v2 of (timestamp, key, value) records without headers at offsets
+    0..n-1 (the log assigns the real ones and the leader epoch), no producer id, the records
+    compressed with ``codec``, CRC computed. ``entries`` must not be empty."""
+    base_timestamp = entries[0][0]
+    body = b"".join(
+        encode_record(Record(offset, timestamp, 0, key, value is not None,
+                             _length_prefixed(key) + _length_prefixed(value) + b"\x00"), 0, base_timestamp)
+        for offset, (timestamp, key, value) in enumerate(entries)
+    )
+    if codec:
+        body = compress(codec, body)
+    template = BatchHeader(0, 0, 0, 0, CURRENT_MAGIC, 0, 0, len(entries) - 1, base_timestamp, base_timestamp,
+                           -1, -1, -1, len(entries))
+    return _sealed_batch(template, codec, base_timestamp, max(e[0] for e in entries), len(entries), body)
+
+
+def record_value(record: Record) -> bytes | None:
+    """A record's value, read from its tail (key, value, headers)."""
+    key_length, position = read_varint(record.tail, 0)
+    value_length, position = read_varint(record.tail, position + max(key_length, 0))
+    return None if value_length < 0 else bytes(record.tail[position:position + value_length])

@@ -22,6 +22,10 @@ from typing import Callable
 
 import pytest
 
+# kafka-python's request and response classes: raw requests are written by a codec independent
+# of the broker's own.
+from kafkacompat.testing.fuzz import request_class, response_class
+
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 LARGE_VALUE_BYTES = 900 * 1024
@@ -617,30 +621,6 @@ class DataPathContract:
 _correlation_ids = itertools.count(1)
 
 
-@functools.cache
-def _kafka_python_classes() -> dict[tuple[int, str], type]:
-    import importlib
-
-    from kafka.protocol.api_message import ApiMessage
-
-    found: dict[tuple[int, str], type] = {}
-    for module_name in ("admin", "consumer", "metadata", "producer"):
-        module = importlib.import_module(f"kafka.protocol.{module_name}")
-        for name in getattr(module, "__all__", dir(module)):
-            cls = getattr(module, name, None)
-            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
-                found[(cls.API_KEY, cls.type)] = cls
-    return found
-
-
-def request_class(api_key: int) -> type:
-    """kafka-python's request class for ``api_key``: raw requests are written by an independent
-    codec, not the broker's own."""
-    return _kafka_python_classes()[(api_key, "request")]
-
-
-def response_class(api_key: int) -> type:
-    return _kafka_python_classes()[(api_key, "response")]
 
 
 def request_header(api_key: int, version: int, correlation_id: int, *, flexible: bool,

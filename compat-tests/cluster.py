@@ -6,42 +6,68 @@ noticed within about a second). Shared by the controller and the replication com
         cluster.bootstrap          # "127.0.0.1:p0,127.0.0.1:p1,127.0.0.1:p2"
         cluster.brokers[1].kill()  # SIGKILL
         cluster.wait_for(lambda md: ...)  # poll confluent_kafka metadata until true
+
+With ``network=Network()`` (netns.py) every process runs on a host of its own, in a network
+namespace: ZooKeeper on ``cluster.zookeeper_host``, broker N on ``cluster.hosts[N]``, and the
+test's thread (so its clients) on ``cluster.client_host`` while the cluster is open; then
+``cluster.network.cut(a, b)`` partitions two of them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from kafkacompat.testing.process import BrokerProcess
 from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
 
+if TYPE_CHECKING:
+    from netns import Host, Network
+
 SESSION_TIMEOUT_MS = 1500
+ZOOKEEPER_PORT = 2181  # on a network of its own, each host has every port free
+BROKER_PORT = 9092
 
 
 class ZooKeeperCluster:
     def __init__(self, tmp_path: Path, brokers: int = 3, *, extra_args: list[str] | None = None,
-                 racks: list[str] | None = None) -> None:
+                 racks: list[str] | None = None, network: "Network | None" = None) -> None:
         if not zookeeper_available():
             pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
         self.tmp_path = Path(tmp_path)
-        self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper")
         self.count = brokers
         self.extra_args = list(extra_args or [])
         self.racks = racks
         self.brokers: dict[int, BrokerProcess] = {}
+        self.network = network
+        self.hosts: dict[int, "Host"] = {}
+        self._in_client_namespace = contextlib.ExitStack()
+        self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper")
 
     def __enter__(self) -> "ZooKeeperCluster":
-        self.zookeeper.start()
         try:
+            if self.network is not None:
+                self._join_network(self.network)
+            self.zookeeper.start()
             for broker_id in range(self.count):
                 self.start_broker(broker_id)
         except BaseException:
             self.close()
             raise
         return self
+
+    def _join_network(self, network: "Network") -> None:
+        self._in_client_namespace.enter_context(network)
+        self.zookeeper_host = network.add_host("zk")
+        self.hosts = {b: network.add_host(f"b{b}") for b in range(self.count)}
+        self.client_host = network.add_host("client")
+        self._in_client_namespace.enter_context(network.entered(self.client_host))
+        self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper", host=self.zookeeper_host.address,
+                                         port=ZOOKEEPER_PORT, command_prefix=self.zookeeper_host.command_prefix)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -56,8 +82,12 @@ class ZooKeeperCluster:
     def start_broker(self, broker_id: int) -> BrokerProcess:
         proc = self.brokers.get(broker_id)
         if proc is None:
+            placement = {}
+            if broker_id in self.hosts:
+                host = self.hosts[broker_id]
+                placement = {"host": host.address, "port": BROKER_PORT, "command_prefix": host.command_prefix}
             proc = BrokerProcess(self.tmp_path / f"broker-{broker_id}", broker_id=broker_id,
-                                 extra_args=self.broker_args(broker_id))
+                                 extra_args=self.broker_args(broker_id), **placement)
             self.brokers[broker_id] = proc
         return proc.start()
 
@@ -69,6 +99,7 @@ class ZooKeeperCluster:
         for proc in self.brokers.values():
             proc.kill()
         self.zookeeper.stop()
+        self._in_client_namespace.close()  # back to the machine's namespace; the network goes
 
     def metadata(self, broker_id: int | None = None, topic: str | None = None):
         """ClusterMetadata from one broker (its own view), through confluent_kafka's AdminClient."""

@@ -77,10 +77,10 @@ def alive(cluster: ZooKeeperCluster) -> list[int]:
 
 
 class ContinuousProducer:
-    """An idempotent acks=all producer in a thread, producing numbered values to every partition
-    round-robin; records each delivery report: partition -> [(offset, value)]."""
+    """An idempotent acks=all producer in a thread, producing numbered values (``prefix``-n) to
+    every partition round-robin; records each delivery report: partition -> [(offset, value)]."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, **extra) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, prefix: bytes = b"m", **extra) -> None:
         self.producer = confluent_kafka.Producer({
             "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
             "message.timeout.ms": 120000, "retry.backoff.ms": 50, "topic.metadata.refresh.interval.ms": 1000,
@@ -88,6 +88,7 @@ class ContinuousProducer:
         })
         self.topic = topic
         self.partitions = partitions
+        self.prefix = prefix
         self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
         self.failed: list[tuple[bytes, str]] = []
         self.sent = 0
@@ -108,7 +109,7 @@ class ContinuousProducer:
         while not self._stop.is_set():
             partition = self.sent % self.partitions
             try:
-                self.producer.produce(self.topic, value=b"m-%08d" % self.sent, partition=partition,
+                self.producer.produce(self.topic, value=b"%s-%08d" % (self.prefix, self.sent), partition=partition,
                                       on_delivery=self._report)
                 self.sent += 1
             except BufferError:

@@ -24,9 +24,9 @@ import pytest
 
 warnings.simplefilter("ignore", DeprecationWarning)
 
-from kafka.protocol.api_message import ApiMessage  # noqa: E402
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
+from kafkacompat.testing.fuzz import kafka_python_classes  # noqa: E402
 from kafkacompat.wire import codec  # noqa: E402
 from kafkacompat.wire.message_runtime import ZERO_UUID  # noqa: E402
 
@@ -37,18 +37,7 @@ SERVED = [(key, version) for key, handler in sorted(REGISTRY.items()) if key not
 BITFIELDS = {"authorized_operations", "cluster_authorized_operations", "topic_authorized_operations"}
 
 
-def _kafka_python_classes() -> dict[tuple[int, str], type]:
-    found = {}
-    for module_name in ("admin", "consumer", "metadata", "producer"):
-        module = importlib.import_module(f"kafka.protocol.{module_name}")
-        for name in getattr(module, "__all__", dir(module)):
-            cls = getattr(module, name, None)
-            if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
-                found[(cls.API_KEY, cls.type)] = cls
-    return found
-
-
-KAFKA_PYTHON = _kafka_python_classes()
+KAFKA_PYTHON = kafka_python_classes()
 
 
 # ---- representative values, from kafka-python's schema ------------------------------------------

@@ -38,10 +38,6 @@ from kafkacompat.controller.store import (
 
 log = logging.getLogger("kafkacompat.zookeeper")
 
-# kazoo's defaults back off to an hour between reconnection attempts (and retry a watch's
-# registration as slowly): after a long outage the broker would not notice ZooKeeper's return.
-# The Java client Kafka uses tries again within a second; so do these.
-_RECONNECT_RETRY = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 1.0}
 CLOSE_TIMEOUT_SECONDS = 5.0
 
 
@@ -67,6 +63,16 @@ def _translate(exc: Exception) -> Exception:
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 
+def _reconnect_policy():
+    """Reconnect forever, at most about a second apart, as ZooKeeper's Java client (Kafka's) does.
+    kazoo's default doubles its delay up to an hour, so a broker cut off from ZooKeeper for a
+    few minutes would stay away for minutes more after the network healed. The same policy
+    paces the re-reads of kazoo's watch recipes (its command retry)."""
+    from kazoo.retry import KazooRetry
+
+    return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
+
+
 class ZooKeeperStore(MetadataStore):
     def __init__(self, connect: str, *, session_timeout_ms: int = 18000,
                  connection_timeout_ms: int | None = None) -> None:
@@ -89,7 +95,7 @@ class ZooKeeperStore(MetadataStore):
             # Create the chroot with a client outside it, as Kafka's ZooKeeper client does.
             await trio.to_thread.run_sync(self._ensure_chroot, hosts, "/" + chroot)
         self.client = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000,
-                                  connection_retry=dict(_RECONNECT_RETRY), command_retry=dict(_RECONNECT_RETRY))
+                                  connection_retry=_reconnect_policy(), command_retry=_reconnect_policy())
         self.client.add_listener(self._state_changed)
         client = self.client
         try:

@@ -77,7 +77,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
-        if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
+        if _answer_now(request, total_bytes, has_error, partitions, deadline):
             return FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
         _close_records(topics)
@@ -89,7 +89,7 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
         topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
-        if total_bytes >= request.min_bytes or has_error or trio.current_time() >= deadline:
+        if _answer_now(request, total_bytes, has_error, partitions, deadline):
             return FetchResponseData(topics)
         _close_records(topics)
         await _wait_for_data(partitions, deadline)
@@ -173,6 +173,15 @@ async def _down_convert(result: FetchPartitionResult, to_magic: int, wanted, har
     pieces = stream_down_converted(_stored_pieces(regions), to_magic, wanted.fetch_offset, converted_size)
     result.records, result.records_size = [StreamedChunk(converted_size, pieces, regions)], converted_size
     return result
+
+
+def _answer_now(request: FetchRequestData, total_bytes: int, has_error: bool, partitions: list,
+                deadline: float) -> bool:
+    """Kafka's ReplicaManager.fetchMessages answers at once when min_bytes are there, a read
+    failed, the wait is over, or the fetch asks for no partition at all (``partitions`` is empty
+    only then: every partition that was read without an error is in it) - nothing could wake it."""
+    return (total_bytes >= request.min_bytes or has_error or not partitions
+            or trio.current_time() >= deadline)
 
 
 def _stored_pieces(regions: list[FileRegion]):

@@ -242,9 +242,11 @@ class Partition:
         ISR to propose when the follower has caught up and is not in the ISR (else None)."""
         follower = self.followers.get(replica_id)
         if follower is None:
-            if replica_id not in self.replicas:
+            # The leader is no follower of itself (Kafka's followerReplicaOrThrow knows only remote
+            # replicas): a fetch claiming its id would count in the low watermark forever.
+            if replica_id not in self.replicas or replica_id == self.local_id:
                 raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                                 f"broker {replica_id} is not a replica of {self} (replicas {self.replicas})")
+                                 f"broker {replica_id} is not a follower of {self} (replicas {self.replicas})")
             follower = self.followers[replica_id] = FollowerState(replica_id)
         now = self.clock_ms()
         leader_end = self.log_end_offset

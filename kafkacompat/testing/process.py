@@ -39,11 +39,17 @@ def free_ports(count: int) -> int:
 
 
 class BrokerProcess:
-    """A `python -m kafkacompat serve` child process with its own data dir and log file."""
+    """A `python -m kafkacompat serve` child process with its own data dir and log file.
+
+    ``host`` is the address it listens on and advertises; ``command_prefix`` runs the command
+    through another (``["ip", "netns", "exec", ns]``: in a network namespace of the test's)."""
 
     def __init__(self, data_dir: Path, *, port: int | None = None, broker_id: int = 0,
-                 extra_args: list[str] | None = None, log_path: Path | None = None) -> None:
+                 extra_args: list[str] | None = None, log_path: Path | None = None, host: str = "127.0.0.1",
+                 command_prefix: list[str] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host
+        self.command_prefix = list(command_prefix or [])
         self.port = port or free_port()
         self.broker_id = broker_id
         self.extra_args = list(extra_args or [])
@@ -55,12 +61,13 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "BrokerProcess":
         self._ready.clear()
         cmd = [
-            sys.executable, "-m", "kafkacompat", "serve", "--host", "127.0.0.1", "--port", str(self.port),
+            *self.command_prefix,
+            sys.executable, "-m", "kafkacompat", "serve", "--host", self.host, "--port", str(self.port),
             "--data-dir", str(self.data_dir), "--broker-id", str(self.broker_id), *self.extra_args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")

@@ -24,31 +24,35 @@ def zookeeper_available() -> bool:
 
 class ZooKeeperServer:
     """``start()`` writes a zoo.cfg (tickTime 200 ms so sessions can be as short as 400 ms) and
-    runs ZooKeeperServerMain; ``stop()`` kills it."""
+    runs ZooKeeperServerMain; ``stop()`` kills it. ``host`` is the address it listens on;
+    ``command_prefix`` runs java through another command (e.g. ``ip netns exec``)."""
 
-    def __init__(self, data_dir: Path, *, port: int | None = None, tick_ms: int = 200) -> None:
+    def __init__(self, data_dir: Path, *, port: int | None = None, tick_ms: int = 200, host: str = "127.0.0.1",
+                 command_prefix: list[str] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        self.host = host
+        self.command_prefix = list(command_prefix or [])
         self.port = port or free_port()
         self.tick_ms = tick_ms
         self.proc: subprocess.Popen | None = None
 
     @property
     def connect(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self.data_dir / "zoo.cfg"
         config.write_text(
             f"tickTime={self.tick_ms}\ndataDir={self.data_dir / 'data'}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nmaxClientCnxns=0\nadmin.enableServer=false\n"
+            f"clientPortAddress={self.host}\nmaxClientCnxns=0\nadmin.enableServer=false\n"
             f"minSessionTimeout={2 * self.tick_ms}\nmaxSessionTimeout=60000\n"
             "4lw.commands.whitelist=ruok,srvr\n"
         )
         classpath = os.environ.get("ZOOKEEPER_CLASSPATH", DEBIAN_CLASSPATH)
         log = open(self.data_dir / "zookeeper.log", "ab")
         self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-cp", classpath,
+            [*self.command_prefix, "java", "-Xmx256m", "-Dzookeeper.admin.enableServer=false", "-cp", classpath,
              "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(config)],
             stdout=log, stderr=subprocess.STDOUT,
         )
@@ -64,7 +68,7 @@ class ZooKeeperServer:
 
     def _ruok(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+            with socket.create_connection((self.host, self.port), timeout=1) as sock:
                 sock.sendall(b"ruok")
                 return sock.recv(4) == b"imok"
         except OSError:

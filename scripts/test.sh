@@ -14,7 +14,8 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 # ZooKeeper (and a JRE to run it) for the replicated-cluster tests.
 command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
-# Go and Sarama's sources (GOPATH build; gcc for cgo, which Sarama's zstd codec needs) for the Sarama tests.
+# Go and Sarama's sources (GOPATH build; gcc for cgo, which Sarama's zstd codec needs) for the Sarama tests;
+# gcc also builds kafkacompat's C accelerator (kafkacompat/wire/_validate.c) at pip install.
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 [ -e /usr/share/gocode/src/github.com/Shopify/sarama/sarama.go ] || missing+=(golang-github-shopify-sarama-dev)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)

@@ -1,7 +1,8 @@
-"""Produce: validate each batch header and CRC, check idempotent producers' epoch and sequence
-(log/producer_state.py), assign offsets in place, append. Per batch, never per record, except for
-the rare batches Kafka's LogValidator changes (``_reworked``): an impossible maxTimestamp, a topic
-whose compression.type is not the batch's codec, a topic with timestamp limits."""
+"""Produce: validate each batch header and CRC, then its records as Kafka's LogValidator
+(wire/validation.py: one pass over the bytes, in C when built), check idempotent producers' epoch
+and sequence (log/producer_state.py), assign offsets in place, append. Batches are rebuilt only
+in the rare cases Kafka's LogValidator rebuilds them (``_reworked``): a topic whose
+compression.type is not the batch's codec, a topic with timestamp limits."""
 
 from __future__ import annotations
 
@@ -27,15 +28,14 @@ from kafkacompat.wire.produce import (
 from kafkacompat.wire.legacy import is_legacy, upconvert
 from kafkacompat.wire.records import (
     BatchHeader,
-    has_impossible_max_timestamp,
     iter_batches,
     recompress_batch,
-    recompute_max_timestamp,
     require_record_keys,
     timestamp_errors,
     validate_batches,
     validate_produce_records,
 )
+from kafkacompat.wire.validation import RecordErrors, validate_client_batch
 
 if TYPE_CHECKING:
     from kafkacompat.log.config import LogConfig
@@ -145,10 +145,10 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         partition.check_leader()
         records = data.records if data.records is not None else memoryview(bytearray())
         config = partition.log.config
-        records, headers = _validated(records, ctx.version, config, partition.log)
-        if config.compacts:  # compaction: every record needs a key (decodes the records)
+        records, headers, has_keyless = _validated(records, ctx.version, config, partition.log)
+        if config.compacts and has_keyless:  # compaction: every record needs a key
             require_record_keys(records, headers, partition.log.name)
-        if config.reworks_batches or headers[0].max_timestamp < headers[0].base_timestamp:
+        if config.reworks_batches:
             records, headers = _reworked(records, headers, config, partition.log.name)
         if request.acks == -1:
             partition.check_enough_replicas()
@@ -197,27 +197,26 @@ def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate,
 
 
 def _validated(records: memoryview, version: int, config: "LogConfig",
-               log_: "PartitionLog") -> tuple[memoryview, list[BatchHeader]]:
-    """Kafka's checks per version. v0-v2 (old clients) may carry several batches, and legacy
-    magic 0/1 message sets, which are converted to one v2 batch as Kafka 3.x stores them."""
+               log_: "PartitionLog") -> tuple[memoryview, list[BatchHeader], bool]:
+    """Kafka's checks per version, then every batch's records (validate_client_batch). v0-v2
+    (old clients) may carry several batches, and legacy magic 0/1 message sets, which are
+    converted to one v2 batch as Kafka 3.x stores them. Also returns whether a record has no
+    key (which compacted topics refuse)."""
     if version >= 3:
-        return records, validate_produce_records(records, version, config.max_message_bytes)
-    if is_legacy(records):
-        records = upconvert(records)
-    headers = validate_batches(records, config.max_message_bytes)
+        headers = validate_produce_records(records, version, config.max_message_bytes)
+    else:
+        if is_legacy(records):
+            records = upconvert(records)
+        headers = validate_batches(records, config.max_message_bytes)
+    has_keyless = False
+    for header in headers:
+        keyless = validate_client_batch(records, header, log_.name,
+                                        log_append_time_topic=config.uses_log_append_time)
+        has_keyless = has_keyless or keyless >= 0
     if len(headers) > 1 and not config.reworks_batches:
         # The caller looks at the first batch only; the others of an old request are checked here.
-        return _reworked(records, headers, config, log_.name)
-    return records, headers
-
-
-class RecordErrors(KafkaError):
-    """A batch refused for some of its records (Kafka's RecordValidationException): the answer
-    carries ``record_errors`` (index in the batch, message) from Produce v8."""
-
-    def __init__(self, code: ErrorCode, message: str, record_errors: list[tuple[int, str | None]]) -> None:
-        super().__init__(code, message)
-        self.record_errors = record_errors
+        records, headers = _reworked(records, headers, config, log_.name)
+    return records, headers, has_keyless
 
 
 def _reworked(records: memoryview, headers: list[BatchHeader], config: "LogConfig",
@@ -227,16 +226,13 @@ def _reworked(records: memoryview, headers: list[BatchHeader], config: "LogConfi
     - a batch whose codec is not the topic's compression.type (unless "producer") is rebuilt with
       it ("uncompressed": none), at the topic's compression level; control batches sent
       uncompressed stay so (Kafka never compresses them);
-    - a CreateTime batch whose maxTimestamp is impossible (below its base timestamp: Sarama < 1.27
-      sends -1) gets the real max of its records, so the time index, ListOffsets by timestamp,
-      retention and producer expiry see it (a correct batch's max is kept as sent: checking it
-      would mean decoding every batch);
     - on a CreateTime topic with message.timestamp.before.max.ms / after.max.ms (or the deprecated
       difference.max.ms), a batch with a record outside [now - before, now + after] is refused
       with INVALID_TIMESTAMP, naming the records (Produce v8+ record_errors).
 
     A rebuilt batch can grow: it must still fit max.message.bytes (MESSAGE_TOO_LARGE), as Kafka
-    re-checks after recompression. A batch that does not decode is CORRUPT_MESSAGE."""
+    re-checks after recompression. (A CreateTime batch's maxTimestamp was already set to its
+    records' largest by validate_client_batch, as LogValidator does for every batch.)"""
     target = config.target_codec
     pieces: list[bytes | memoryview] | None = None
     try:
@@ -247,8 +243,6 @@ def _reworked(records: memoryview, headers: list[BatchHeader], config: "LogConfi
                     pieces = [records[h.position:h.position + h.size] for h in headers[:index]]
                 pieces.append(rebuilt)
                 continue
-            if has_impossible_max_timestamp(header) and not config.uses_log_append_time:
-                recompute_max_timestamp(records, header)
             if pieces is not None:
                 pieces.append(records[header.position:header.position + header.size])
     except KafkaError:

@@ -14,8 +14,9 @@ import struct
 import zlib
 from typing import Iterator
 
+from kafkacompat.wire import validation
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import MAGIC_OFFSET, decompress, new_batch
+from kafkacompat.wire.records import MAGIC_OFFSET, new_batch
 
 NO_TIMESTAMP = -1
 LZ4 = 3
@@ -33,16 +34,19 @@ def is_legacy(records: memoryview) -> bool:
 def upconvert(records: memoryview) -> memoryview:
     """One uncompressed-or-same-codec v2 batch holding every record of a v0/v1 message set.
 
-    Raises KafkaError(CORRUPT_MESSAGE) for a bad CRC or framing, INVALID_RECORD when mixed
-    magics or no records are found.
+    Raises KafkaError(CORRUPT_MESSAGE) for a bad CRC (each inner message's too, as Kafka's
+    LogValidator checks them) or framing, INVALID_RECORD when mixed magics or no records are
+    found, or when the compressed messages inflate past the validator's bound (as v2 batches).
     """
     entries: list[tuple[int, bytes | None, bytes | None]] = []
     codec = 0
+    budget = validation.MAX_DECOMPRESSED_BYTES
     try:
         for magic, attributes, timestamp, key, value in _messages(bytes(records)):
             if attributes & 0x07:
                 codec = attributes & 0x07
-                inner = _decompress(codec, magic, value or b"")
+                inner = _decompress(codec, magic, value or b"", budget)
+                budget -= len(inner)
                 for _, _, inner_timestamp, inner_key, inner_value in _messages(inner):
                     shared = magic == 1 and attributes & _LOG_APPEND_TIME
                     entries.append((timestamp if shared else inner_timestamp, inner_key, inner_value))
@@ -91,10 +95,14 @@ def _bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     return data[pos:pos + size], pos + size
 
 
-def _decompress(codec: int, magic: int, payload: bytes) -> bytes:
+def _decompress(codec: int, magic: int, payload: bytes, limit: int) -> bytes:
     if codec == LZ4 and magic == 0:
         payload = _fixed_lz4_header(payload)
-    return decompress(codec, payload)
+    try:
+        return bytes(validation.decompress_bounded(codec, payload, limit))
+    except validation.DecompressedTooLarge:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "a compressed legacy message set decompresses to more than "
+                         f"{validation.MAX_DECOMPRESSED_BYTES} bytes") from None
 
 
 def _fixed_lz4_header(frame: bytes) -> bytes:

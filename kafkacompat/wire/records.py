@@ -226,10 +226,10 @@ def set_log_append_time(buf: memoryview | bytearray, header: BatchHeader, timest
     attributes = header.attributes | TIMESTAMP_TYPE_MASK
     struct.pack_into(">h", buf, pos + ATTRIBUTES_OFFSET, attributes)
     header.attributes = attributes
-    _set_max_timestamp(buf, header, timestamp_ms)
+    set_max_timestamp(buf, header, timestamp_ms)
 
 
-def _set_max_timestamp(buf: memoryview | bytearray, header: BatchHeader, timestamp_ms: int) -> None:
+def set_max_timestamp(buf: memoryview | bytearray, header: BatchHeader, timestamp_ms: int) -> None:
     pos = header.position
     _MAX_TIMESTAMP.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, timestamp_ms)
     crc = crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + header.size])
@@ -250,7 +250,7 @@ def recompute_max_timestamp(buf: memoryview | bytearray, header: BatchHeader) ->
     and recomputes the CRC; returns the new max timestamp. Raises ValueError (or the codec's
     error) if the records do not decode. Only for batches that need it: it is per record."""
     timestamp = header.base_timestamp + max_timestamp_delta(batch_body(buf, header), header.records_count)
-    _set_max_timestamp(buf, header, timestamp)
+    set_max_timestamp(buf, header, timestamp)
     return timestamp
 
 

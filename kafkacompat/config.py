@@ -355,7 +355,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "ZooKeeper connection string host:port[,host:port...][/chroot]; unset = embedded metadata store."),
     _broker("zookeeper.session.timeout.ms", _INT, "18000", HIGH, "ZooKeeper session timeout."),
     _broker("zookeeper.connection.timeout.ms", _INT, None, HIGH,
-            "Max time to establish a ZooKeeper connection; unset = zookeeper.session.timeout.ms."),
+            "Max time to establish a ZooKeeper connection, and that an operation waits for one while "
+            "ZooKeeper is unreachable; unset = zookeeper.session.timeout.ms."),
     _broker("zookeeper.max.in.flight.requests", _INT, "10", HIGH,
             "Max unacknowledged requests sent to ZooKeeper before blocking.", at_least(1), applied=False),
     # --- listeners and the socket server ---
@@ -397,6 +398,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("background.threads", _INT, "10", HIGH, "Threads for background tasks.", at_least(1), dynamic=True,
             applied=False),
     _broker("controlled.shutdown.enable", _BOOL, "true", MEDIUM, "Enable controlled shutdown of the server."),
+    _broker("controlled.shutdown.max.retries", _INT, "3", MEDIUM,
+            "Attempts at a controlled shutdown before the broker shuts down without it."),
+    _broker("controlled.shutdown.retry.backoff.ms", _LONG, "5000", MEDIUM,
+            "Time to wait between controlled shutdown attempts."),
     # --- topics ---
     _broker("num.partitions", _INT, "1", MEDIUM, "The default number of log partitions per topic.", at_least(1)),
     _broker("default.replication.factor", _INT, "1", MEDIUM,
@@ -530,8 +535,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Leader imbalance per broker (percent) that triggers a rebalance."),
     _broker("leader.imbalance.check.interval.seconds", _LONG, "300", HIGH, "How often leader balance is checked.",
             at_least(1)),
-    _broker("controller.socket.timeout.ms", _INT, "30000", MEDIUM, "Socket timeout of controller-to-broker channels.",
-            applied=False),
+    _broker("controller.socket.timeout.ms", _INT, "30000", MEDIUM,
+            "Socket timeout of controller-to-broker channels; here the bound of each controlled shutdown attempt."),
     # --- consumer groups and offsets ---
     _broker("group.min.session.timeout.ms", _INT, "6000", MEDIUM, "Minimum session timeout of group members."),
     _broker("group.max.session.timeout.ms", _INT, "1800000", MEDIUM, "Maximum session timeout of group members."),

@@ -23,6 +23,18 @@ log = logging.getLogger("kafkacompat.dev_cluster")
 STORE_FILE = "metadata-store.json"
 
 
+class _StartedFlag:
+    """A task status that remembers whether the task has reported itself started."""
+
+    def __init__(self, task_status) -> None:
+        self._task_status = task_status
+        self.started_yet = False
+
+    def started(self, value=None) -> None:
+        self.started_yet = True
+        self._task_status.started(value)
+
+
 class InProcessCluster:
     """Start, stop and kill brokers sharing one EmbeddedTree, each in its own cancel scope."""
 
@@ -50,16 +62,25 @@ class InProcessCluster:
         return BrokerConfig.load(None, overrides, host=self.host, port=port,
                                  data_dir=self.data_dir / f"broker-{broker_id}", broker_id=broker_id)
 
-    async def start_broker(self, broker_id: int, port: int = 0, rack: str | None = None) -> Broker:
-        store = None if self.zookeeper_connect else EmbeddedStore(self.tree)
+    async def start_broker(self, broker_id: int, port: int = 0, rack: str | None = None,
+                           store: EmbeddedStore | None = None) -> Broker:
+        """``store``: this broker's session over ``self.tree`` (a new one by default)."""
+        if store is None and not self.zookeeper_connect:
+            store = EmbeddedStore(self.tree)
         broker = Broker(self.config(broker_id, port, rack), store=store)
         scope = trio.CancelScope()
         done = trio.Event()
 
         async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            status = _StartedFlag(task_status)
             try:
                 with scope:
-                    await serve(broker, task_status=task_status)
+                    await serve(broker, task_status=status)
+            except Exception:
+                if not status.started_yet:
+                    raise  # a start-up failure is start_broker's
+                # The brokers share a nursery: one broker's failure must not stop the others.
+                log.exception("Broker %d stopped after an error; the other brokers keep running", broker_id)
             finally:
                 done.set()
 

@@ -280,6 +280,8 @@ async def test_zookeeper_cluster_election_failover_and_topics(tmp_path, zookeepe
         survivor = next(iter(cluster.brokers.values()))
         await wait_for(lambda: all(s.leader != victim and victim not in s.isr for s in states(survivor, "zk-topic")),
                        timeout=30)
+        # Its view of the live brokers converges too (the expired broker registers again).
+        await wait_for(lambda: len(survivor.metadata.brokers()) == 2, timeout=30)
         await survivor.admin.create_topic("after-failover", 2, 2, {})
         assert all(states(survivor, "after-failover"))
 

@@ -28,12 +28,14 @@ partitions they host through a PartitionStateSink (the ReplicaManager).
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import random
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
@@ -45,6 +47,7 @@ from kafkacompat.controller.store import (
     NoNodeError,
     Op,
     StoreError,
+    StoreUnavailableError,
     encode_json,
 )
 from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id, new_cluster_id, topic_collision
@@ -162,6 +165,10 @@ class ClusterView:
     raw_states: dict[tuple[str, int], tuple[dict, int]] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
     shutting_down: set[int] = field(default_factory=set)
+    # path -> why it does not parse; topics and partitions that have no readable version
+    malformed: dict[str, str] = field(default_factory=dict)
+    unreadable_topics: set[str] = field(default_factory=set)
+    unreadable: set[tuple[str, int]] = field(default_factory=set)
 
     def state(self, topic: str, partition: int) -> PartitionState | None:
         record = self.topics.get(topic)
@@ -193,48 +200,117 @@ def broker_info_json(info: BrokerInfo) -> dict:
     }
 
 
-async def read_cluster(store: MetadataStore) -> ClusterView:
+class MalformedNodeError(ValueError):
+    pass
+
+
+_MALFORMED = (ValueError, TypeError, KeyError, AttributeError)
+
+
+def _decode(found: tuple[bytes, int] | None) -> tuple[dict, int] | None:
+    if found is None:
+        return None
+    data, version = found
+    value = json.loads(data) if data else {}
+    if not isinstance(value, dict):
+        raise MalformedNodeError(f"expected a JSON object, found {type(value).__name__}")
+    return value, version
+
+
+def _config_values(config: dict) -> dict[str, str]:
+    values = config.get("config", {})
+    if not isinstance(values, dict):
+        raise MalformedNodeError("'config' is not an object")
+    return {str(k): str(v) for k, v in values.items()}
+
+
+def _topic_record(name: str, topic: dict, configs: dict[str, str]) -> TopicRecord:
+    partitions = topic.get("partitions", {})
+    if not isinstance(partitions, dict):
+        raise MalformedNodeError("'partitions' is not an object")
+    assignment = {int(p): tuple(int(r) for r in replicas) for p, replicas in partitions.items()}
+    topic_id = decode_topic_id(topic["topic_id"]) if topic.get("topic_id") else uuid.UUID(int=0)
+    return TopicRecord(name, topic_id, assignment, configs)
+
+
+def _checked_state(data: dict) -> dict:
+    int(data["leader"]), int(data["leader_epoch"])
+    if not isinstance(data["isr"], list):
+        raise MalformedNodeError("'isr' is not a list")
+    [int(r) for r in data["isr"]]
+    return data
+
+
+async def read_cluster(store: MetadataStore, previous: ClusterView | None = None) -> ClusterView:
     """The whole cluster as the store has it: a few listings, then the nodes in two batched reads
-    (topics and configs, then partition states)."""
-    import json
+    (topics and configs, then partition states).
 
-    def decoded(found: tuple[bytes, int] | None) -> tuple[dict, int] | None:
-        if found is None:
-            return None
-        data, version = found
-        return (json.loads(data) if data else {}), version
-
+    A node that does not parse (garbage written by hand or by a broken tool) is skipped and named
+    in ``malformed``; a topic or partition state known from ``previous`` keeps its last good
+    version, so a damaged node never makes a broker drop (and delete) what it hosts. Topics and
+    partitions with no good version at all are listed as unreadable."""
+    previous = previous or ClusterView()
     view = ClusterView()
     broker_names = await store.children_or_empty(BROKER_IDS)
     topic_names = await store.children_or_empty(TOPICS)
     view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
-    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN)}
+    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN) if b.isdigit()}
     first = await store.get_many(
         [CONTROLLER] + [f"{BROKER_IDS}/{b}" for b in broker_names]
         + [topic_path(t) for t in topic_names] + [f"{CONFIG_TOPICS}/{t}" for t in topic_names]
     )
-    controller = decoded(first[CONTROLLER])
-    view.controller_id = int(controller[0]["brokerid"]) if controller else -1
+
+    def malformed(path: str, found: tuple[bytes, int] | None, exc: Exception) -> None:
+        version = found[1] if found else -1
+        view.malformed[path] = f"version {version}: {type(exc).__name__}: {exc}"
+
+    try:
+        controller = _decode(first[CONTROLLER])
+        view.controller_id = int(controller[0]["brokerid"]) if controller else -1
+    except _MALFORMED as exc:
+        malformed(CONTROLLER, first[CONTROLLER], exc)
     for name in broker_names:
-        found = decoded(first[f"{BROKER_IDS}/{name}"])
-        if found is not None:
-            data = found[0]
-            view.brokers[int(name)] = BrokerInfo(int(name), data["host"], int(data["port"]), data.get("rack"))
+        path = f"{BROKER_IDS}/{name}"
+        try:
+            found = _decode(first[path])
+            if found is not None:
+                data = found[0]
+                view.brokers[int(name)] = BrokerInfo(int(name), str(data["host"]), int(data["port"]), data.get("rack"))
+        except _MALFORMED as exc:
+            malformed(path, first[path], exc)
     for name in topic_names:
-        found = decoded(first[topic_path(name)])
-        if found is None:
-            continue
-        data = found[0]
-        assignment = {int(p): tuple(int(r) for r in replicas) for p, replicas in data.get("partitions", {}).items()}
-        config = decoded(first[f"{CONFIG_TOPICS}/{name}"])
-        topic_id = decode_topic_id(data["topic_id"]) if data.get("topic_id") else uuid.UUID(int=0)
-        view.topics[name] = TopicRecord(name, topic_id, assignment, dict(config[0].get("config", {})) if config else {})
+        path, config_path = topic_path(name), f"{CONFIG_TOPICS}/{name}"
+        failing = path
+        try:
+            found = _decode(first[path])
+            if found is None:
+                continue  # deleted between the listing and the read
+            failing = config_path
+            config = _decode(first[config_path])
+            configs = _config_values(config[0] if config else {})
+            failing = path
+            view.topics[name] = _topic_record(name, found[0], configs)
+        except _MALFORMED as exc:
+            malformed(failing, first[failing], exc)
+            if name in previous.topics:
+                view.topics[name] = previous.topics[name]
+            else:
+                view.unreadable_topics.add(name)
     keys = [(name, p) for name, record in view.topics.items() for p in record.assignment]
     states = await store.get_many([state_path(name, p) for name, p in keys])
     for name, partition in keys:
-        raw = decoded(states[state_path(name, partition)])
-        if raw is not None:
-            view.raw_states[(name, partition)] = raw
+        path = state_path(name, partition)
+        try:
+            raw = _decode(states[path])
+            if raw is not None:
+                view.raw_states[(name, partition)] = (_checked_state(raw[0]), raw[1])
+        except _MALFORMED as exc:
+            malformed(path, states[path], exc)
+            kept = previous.raw_states.get((name, partition))
+            if kept is not None:
+                view.raw_states[(name, partition)] = kept
+            else:
+                view.unreadable.add((name, partition))
     return view
 
 
@@ -327,6 +403,35 @@ def decide_state(
 
 
 # ---- one broker's membership -------------------------------------------------------------------
+
+
+_T = TypeVar("_T")
+
+
+def _answered_as_kafka_error(action: str):
+    """A request path's failure as the Kafka error its client can act on, logged with what the
+    broker was doing (``action``, formatted with the call's arguments): the store unreachable is
+    REQUEST_TIMED_OUT (retriable: the change may or may not have been made), anything else
+    UNKNOWN_SERVER_ERROR, as Kafka's ApiError.fromThrowable. It never escapes to the connection."""
+    def decorate(method: Callable[..., Awaitable[_T]]) -> Callable[..., Awaitable[_T]]:
+        @functools.wraps(method)
+        async def wrapper(self, *args, **kwargs) -> _T:
+            try:
+                return await method(self, *args, **kwargs)
+            except KafkaError:
+                raise
+            except StoreUnavailableError as exc:
+                doing = action.format(*args)
+                log.warning("Broker %d: %s failed: %s", self.node_id, doing, exc)
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                                 f"{doing} failed: the metadata store is unavailable ({exc}); retry later") from exc
+            except Exception as exc:
+                doing = action.format(*args)
+                log.exception("Broker %d: %s failed", self.node_id, doing)
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"{doing} failed: {type(exc).__name__}: {exc}") from exc
+        return wrapper
+    return decorate
 
 
 class _Nudge:
@@ -422,6 +527,7 @@ class ClusterMember:
         self._synced = trio.Event()
         self._step_lock = trio.Lock()
         self._stopping = False
+        self._malformed: dict[str, str] = {}
 
     # ---- lifecycle -----------------------------------------------------------------------------
 
@@ -437,7 +543,12 @@ class ClusterMember:
         await self._watch(CONTROLLER)
         await self._register()
         await self._step()
-        self.sink.delete_stray_logs(self._assigned_here(self.view))
+        if self.view.unreadable_topics:
+            log.warning("Broker %d: not deleting stray logs at start-up: the metadata of topics %s does not "
+                        "parse, so which partitions this broker hosts is not known", self.node_id,
+                        sorted(self.view.unreadable_topics))
+        else:
+            self.sink.delete_stray_logs(self._assigned_here(self.view))
         task_status.started()
         async with trio.open_nursery() as nursery:
             if self.config.auto_leader_rebalance_enable:
@@ -445,15 +556,31 @@ class ClusterMember:
             await self._run_sync()
 
     async def _run_sync(self) -> None:
+        """Re-read the store whenever nudged. A failure (the store unreachable, a write refused, a
+        bug) is logged once, with what it was, and retried after a pause until a sync succeeds: it
+        never stops the broker, which keeps serving from the cache it has."""
+        failure: str | None = None
         while True:
             await self._nudge.wait()
             await trio.sleep(self.SYNC_COALESCE_SECONDS)
             try:
                 await self._step()
-            except StoreError as exc:
-                log.warning("Metadata store error (%s); retrying", exc)
+            except Exception as exc:
+                described = f"{type(exc).__name__}: {exc}"
+                if described != failure:
+                    if isinstance(exc, StoreError):
+                        log.warning("Broker %d: syncing the cluster metadata failed (%s); serving from the last "
+                                    "known metadata and retrying every %g s", self.node_id, exc, self.RETRY_SECONDS)
+                    else:
+                        log.exception("Broker %d: syncing the cluster metadata failed; serving from the last "
+                                      "known metadata and retrying every %g s", self.node_id, self.RETRY_SECONDS)
+                failure = described
                 await trio.sleep(self.RETRY_SECONDS)
                 self._nudge.set()
+                continue
+            if failure is not None:
+                log.info("Broker %d: cluster metadata in sync with the store again", self.node_id)
+                failure = None
 
     def _assigned_here(self, view: ClusterView) -> set[tuple[str, int]]:
         return {(name, partition) for name, record in view.topics.items()
@@ -474,8 +601,8 @@ class ClusterMember:
     async def _watch(self, path: str, *, children: bool = False) -> bool:
         if (path, children) in self._watched:
             return False
-        self._watched.add((path, children))
         await self.store.watch(path, self._nudge.set, children=children)
+        self._watched.add((path, children))  # only once registered: a failed one is tried again
         return True
 
     def broker_info(self) -> BrokerInfo:
@@ -563,10 +690,11 @@ class ClusterMember:
         if await self.store.exists(f"{BROKER_IDS}/{self.node_id}") is None and not self._stopping:
             await self._register()
         await self._elect()
-        view = await read_cluster(self.store)
+        view = await read_cluster(self.store, self.view)
         if self.is_controller:
             if await self._reconcile(view):
-                view = await read_cluster(self.store)
+                view = await read_cluster(self.store, self.view)
+        self._report_malformed(view)
         added = False
         for name, record in view.topics.items():
             added |= await self._watch(topic_path(name))
@@ -581,10 +709,20 @@ class ClusterMember:
         self._synced.set()
         self._synced = trio.Event()
 
+    def _report_malformed(self, view: ClusterView) -> None:
+        """Each damaged node is logged once (again if it changes), not at every sync."""
+        for path, reason in view.malformed.items():
+            if self._malformed.get(path) != reason:
+                log.error("Broker %d: ignoring the metadata node %s, which does not parse (%s); its last good "
+                          "version is used if this broker has one. Fix or delete the node with a ZooKeeper "
+                          "client.", self.node_id, path, reason)
+        self._malformed = dict(view.malformed)
+
     async def wait_for_sync(self) -> None:
         """Wait until the next full sync has completed."""
         await self._synced.wait()
 
+    @_answered_as_kafka_error("reading the cluster metadata from the store")
     async def refresh(self) -> None:
         """Sync now (after a write of ours, so the answer reflects it)."""
         await self._step()
@@ -608,6 +746,8 @@ class ClusterMember:
                 continue
             for partition, replicas in sorted(record.assignment.items()):
                 raw = view.raw_states.get((name, partition))
+                if (name, partition) in view.unreadable:
+                    continue  # a state node that does not parse: neither overwritten nor acted on
                 if raw is None:
                     live = [r for r in replicas if r in alive and r not in view.shutting_down]
                     if not live:
@@ -669,7 +809,11 @@ class ClusterMember:
             try:
                 await self.rebalance_leaders()
             except StoreError as exc:
-                log.warning("Leader rebalance failed (%s); will retry", exc)
+                log.warning("Broker %d: automatic leader rebalance failed (%s); trying again in %g s",
+                            self.node_id, exc, interval)
+            except Exception:
+                log.exception("Broker %d: automatic leader rebalance failed; trying again in %g s",
+                              self.node_id, interval)
 
     async def rebalance_leaders(self) -> int:
         """Kafka's checkAndTriggerAutoLeaderRebalance: for every broker whose share of partitions
@@ -717,7 +861,8 @@ class ClusterMember:
             except Exception:
                 log.exception("Applying %s-%d failed", state.topic, state.partition)
                 self._applied.pop(key, None)
-        for key in [k for k in self._applied if k not in hosted]:
+        unknown = view.unreadable | {k for k in self._applied if k[0] in view.unreadable_topics}
+        for key in [k for k in self._applied if k not in hosted and k not in unknown]:
             del self._applied[key]
             topic, partition = key
             await self.sink.remove_partition(topic, partition)
@@ -732,6 +877,7 @@ class ClusterMember:
     def _rack_map(self) -> dict[int, str | None]:
         return {b: info.rack for b, info in self.cache.brokers.items()}
 
+    @_answered_as_kafka_error("creating topic {0}")
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
                            assignment: dict[int, list[int]] | None = None, *,
                            timeout: float = DEFAULT_TIMEOUT_SECONDS) -> TopicInfo:
@@ -765,12 +911,14 @@ class ClusterMember:
         except NodeExistsError:
             await self.store.set(path, data)
 
+    @_answered_as_kafka_error("changing the configs of topic {0}")
     async def alter_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Write the topic's config overrides, then sync so that this broker's logs have them
         when the client is answered."""
         await self._write_config(name, configs)
         await self.refresh()
 
+    @_answered_as_kafka_error("deleting topic {0}")
     async def delete_topic(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         try:
             await self.store.create(f"{DELETE_TOPICS}/{name}", b"")
@@ -780,6 +928,7 @@ class ClusterMember:
             lambda: self.cache.get(name) is None, timeout,
             f"Deletion of topic '{name}' was requested, but the controller had not completed it within {timeout:g}s")
 
+    @_answered_as_kafka_error("adding partitions to topic {0}")
     async def add_partitions(self, name: str, total: int, assignment: list[list[int]] | None = None, *,
                              timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
         found = await self.store.get_json(topic_path(name))
@@ -826,10 +975,12 @@ class ClusterMember:
                 await trio.sleep(0.02)
         return False
 
+    @_answered_as_kafka_error("changing the ISR of {0}-{1}")
     async def alter_partition(self, topic: str, partition: int, leader_epoch: int, partition_epoch: int,
                               new_isr: list[int] | tuple[int, ...]) -> PartitionState:
         return await self.isr.alter_partition(topic, partition, leader_epoch, partition_epoch, new_isr)
 
+    @_answered_as_kafka_error("electing leaders")
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
                             ) -> dict[tuple[str, int], tuple[int, str | None]]:
         """ElectLeaders: 0 = preferred (the first replica, when alive and in the ISR), 1 = unclean
@@ -877,11 +1028,34 @@ class ClusterMember:
         await self.refresh()
         return results
 
-    async def controlled_shutdown(self, timeout: float = 30.0) -> bool:
-        """Ask the controller to move leadership away (Kafka's ControlledShutdown): mark this
-        broker as shutting down, then wait until it leads no partition another ISR member could
-        lead. True when done within the timeout."""
+    async def controlled_shutdown(self, *, max_retries: int = 3, retry_backoff: float = 5.0,
+                                  timeout: float = 30.0) -> bool:
+        """Move leadership away before stopping (Kafka's KafkaServer.controlledShutdown): up to
+        ``max_retries`` attempts (controlled.shutdown.max.retries), ``retry_backoff`` seconds apart
+        (controlled.shutdown.retry.backoff.ms), each bounded by ``timeout``. An attempt marks this
+        broker as shutting down and waits until it leads no partition another ISR member could
+        lead. True when one succeeded; False when all failed (the store unreachable, leaders that
+        would not move): the broker then shuts down anyway, as Kafka does."""
         self._stopping = True
+        for attempt in range(1, max(max_retries, 1) + 1):
+            try:
+                with trio.move_on_after(timeout):
+                    if await self._controlled_shutdown_attempt(timeout):
+                        log.info("Controlled shutdown of broker %d succeeded", self.node_id)
+                        return True
+                log.warning("Controlled shutdown of broker %d: attempt %d of %d timed out after %g s with "
+                            "partitions still led here", self.node_id, attempt, max_retries, timeout)
+            except Exception as exc:
+                log.warning("Controlled shutdown of broker %d: attempt %d of %d failed: %s: %s",
+                            self.node_id, attempt, max_retries, type(exc).__name__, exc)
+            if attempt < max_retries:
+                await trio.sleep(retry_backoff)
+                log.info("Retrying controlled shutdown of broker %d after the previous attempt failed", self.node_id)
+        log.warning("Proceeding to an unclean shutdown of broker %d: all %d controlled shutdown attempts failed "
+                    "(its partitions' leadership moves when its ZooKeeper session ends)", self.node_id, max_retries)
+        return False
+
+    async def _controlled_shutdown_attempt(self, timeout: float) -> bool:
         try:
             await self.store.create(f"{SHUTTING_DOWN}/{self.node_id}", b"", ephemeral=True)
         except NodeExistsError:
@@ -894,9 +1068,7 @@ class ClusterMember:
                     return False
             return True
 
-        finished = await self._wait_until(done, timeout)
-        log.info("Controlled shutdown of broker %d %s", self.node_id, "complete" if finished else "timed out")
-        return finished
+        return await self._wait_until(done, timeout)
 
     async def close(self) -> None:
         await self.store.close()

@@ -3,7 +3,6 @@ to the metadata store through the ClusterMember and awaited until they took effe
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,6 @@ if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.controller import ClusterMember, MetadataCache
     from kafkacompat.identity import BrokerIdentity
-
-log = logging.getLogger("kafkacompat.controller")
 
 
 class ClusterMetadata:
@@ -123,12 +120,10 @@ class ClusterAdmin:
             raise _store_failure("Electing leaders", exc) from None
 
     async def refresh(self) -> None:
-        """Sync with the store now; when it cannot be read, the cache (a beat behind) serves."""
         try:
             await self.member.refresh()
         except StoreError as exc:
-            log.warning("Could not read the cluster's metadata (%s: %s); answering from the cache",
-                        type(exc).__name__, exc)
+            raise _store_failure("Reading the cluster's metadata", exc) from None
 
     def quota_store(self) -> ClientQuotaStore:
         return ClientQuotaStore(self.member.store)

@@ -37,6 +37,11 @@ class StoreError(Exception):
     pass
 
 
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (ZooKeeper down, connection lost, no answer in time): the
+    operation may or may not have been applied; retry once the store is back."""
+
+
 class NoNodeError(StoreError):
     pass
 

@@ -7,10 +7,18 @@ loop with the loop's token (``run_sync_soon``). The event loop never blocks on Z
 
 A chroot (``host:port/kafka``) is handled by kazoo: every path here is relative to it, and the
 chroot node is created at start if missing (as Kafka does).
+
+ZooKeeper going away never blocks a caller for long: while the connection is down an operation
+waits for it at most ``zookeeper.connection.timeout.ms`` and then raises StoreUnavailableError
+(nothing is queued behind the outage, so nothing runs late when it ends); a request sent on a
+connection that then goes quiet is given up after the session timeout. The worker threads are
+abandoned on cancellation (they are daemon threads), so a cancel scope - an admin request's
+deadline, a shutdown - always ends the wait. kazoo reconnects on its own, every second at most.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 from typing import Callable
 
@@ -23,11 +31,18 @@ from kafkacompat.controller.store import (
     NoNodeError,
     NotEmptyError,
     StoreError,
+    StoreUnavailableError,
     Watch,
     _call_soon,
 )
 
 log = logging.getLogger("kafkacompat.zookeeper")
+
+CLOSE_TIMEOUT_SECONDS = 5.0
+
+
+class _ConnectionLost(StoreUnavailableError):
+    """The connection dropped with the request in flight: a read can simply be sent again."""
 
 
 def _translate(exc: Exception) -> Exception:
@@ -41,13 +56,18 @@ def _translate(exc: Exception) -> Exception:
         return BadVersionError(str(exc))
     if isinstance(exc, kz.NotEmptyError):
         return NotEmptyError(str(exc))
+    if isinstance(exc, kz.ConnectionLoss):
+        return _ConnectionLost("ZooKeeper connection lost (ConnectionLoss)")
+    if isinstance(exc, (kz.SessionExpiredError, kz.ConnectionClosedError, kz.OperationTimeoutError)):
+        return StoreUnavailableError(f"ZooKeeper connection lost ({type(exc).__name__})")
     return StoreError(f"{type(exc).__name__}: {exc}")
 
 
 def _reconnect_policy():
     """Reconnect forever, at most about a second apart, as ZooKeeper's Java client (Kafka's) does.
     kazoo's default doubles its delay up to an hour, so a broker cut off from ZooKeeper for a
-    few minutes would stay away for minutes more after the network healed."""
+    few minutes would stay away for minutes more after the network healed. The same policy
+    paces the re-reads of kazoo's watch recipes (its command retry)."""
     from kazoo.retry import KazooRetry
 
     return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
@@ -63,6 +83,8 @@ class ZooKeeperStore(MetadataStore):
         self._token = None
         self._session_listeners: list[Callable[[], None]] = []
         self._watches: list[object] = []
+        self._connected = trio.Event()  # replaced by a fresh one whenever the connection drops
+        self._disconnected = False
 
     async def start(self) -> "ZooKeeperStore":
         from kazoo.client import KazooClient
@@ -73,12 +95,16 @@ class ZooKeeperStore(MetadataStore):
             # Create the chroot with a client outside it, as Kafka's ZooKeeper client does.
             await trio.to_thread.run_sync(self._ensure_chroot, hosts, "/" + chroot)
         self.client = KazooClient(hosts=self.connect, timeout=self.session_timeout_ms / 1000,
-                                  connection_retry=_reconnect_policy())
+                                  connection_retry=_reconnect_policy(), command_retry=_reconnect_policy())
         self.client.add_listener(self._state_changed)
+        client = self.client
         try:
-            await trio.to_thread.run_sync(lambda: self.client.start(timeout=self.connection_timeout_ms / 1000))
+            await trio.to_thread.run_sync(lambda: client.start(timeout=self.connection_timeout_ms / 1000),
+                                          abandon_on_cancel=True)
         except Exception as exc:
-            raise StoreError(f"cannot connect to ZooKeeper at {self.connect}: {exc}") from exc
+            trio.lowlevel.start_thread_soon(client.stop, lambda _result: None)  # stop its reconnecting
+            raise StoreUnavailableError(f"cannot connect to ZooKeeper at {self.connect}: {exc}") from exc
+        self._connected.set()
         log.info("Connected to ZooKeeper at %s (session 0x%x)", self.connect, self.session_id)
         return self
 
@@ -94,14 +120,31 @@ class ZooKeeperStore(MetadataStore):
             client.close()
 
     def _state_changed(self, state) -> None:
+        """kazoo's connection listener (on kazoo's thread): handed to the Trio loop in order."""
+        _call_soon(self._token, Watch(), lambda: self._on_state(state))
+
+    def _on_state(self, state) -> None:
         from kazoo.protocol.states import KazooState
 
+        if state == KazooState.CONNECTED:
+            if self._disconnected:
+                log.info("Reconnected to ZooKeeper at %s (session 0x%x)", self.connect, self.session_id)
+            self._disconnected = False
+            self._connected.set()
+            return
+        self._disconnected = True
+        if self._connected.is_set():
+            self._connected = trio.Event()
         if state == KazooState.LOST:
-            log.warning("ZooKeeper session lost")
+            if self.client is not None:
+                log.warning("ZooKeeper session lost (expired or closed); this broker's ephemeral nodes are gone "
+                            "and it registers again once reconnected")
             for callback in self._session_listeners:
                 _call_soon(self._token, Watch(), callback)
         elif state == KazooState.SUSPENDED:
-            log.warning("ZooKeeper connection suspended")
+            log.warning("Connection to ZooKeeper at %s lost; retrying. Metadata operations (admin requests, "
+                        "ISR changes, leader elections) fail until it is back; produce and fetch go on",
+                        self.connect)
 
     @property
     def session_id(self) -> int:
@@ -110,16 +153,44 @@ class ZooKeeperStore(MetadataStore):
         session = self.client.client_id
         return session[0] if session else 0
 
-    async def _run(self, fn, *args, **kwargs):
-        try:
-            return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs))
-        except StoreError:
-            raise
-        except Exception as exc:
-            raise _translate(exc) from exc
+    async def _wait_connected(self, deadline: float) -> None:
+        with trio.move_on_at(deadline):
+            await self._connected.wait()
+            return
+        raise StoreUnavailableError(
+            f"ZooKeeper at {self.connect} has been unreachable for at least "
+            f"{self.connection_timeout_ms / 1000:g} s (zookeeper.connection.timeout.ms)")
+
+    async def _read(self, fn, *args, **kwargs):
+        """A read, sent again when the connection drops under it (as Kafka's ZooKeeper client
+        does), until zookeeper.connection.timeout.ms has passed."""
+        deadline = trio.current_time() + self.connection_timeout_ms / 1000
+        while True:
+            try:
+                return await self._run(fn, *args, deadline=deadline, **kwargs)
+            except _ConnectionLost:
+                if trio.current_time() >= deadline:
+                    raise
+
+    async def _run(self, fn, *args, deadline: float | None = None, **kwargs):
+        """``fn`` in a worker thread once connected, for at most the session timeout. A write
+        whose connection drops raises StoreUnavailableError: it may or may not have been applied."""
+        if self.client is None:
+            raise StoreUnavailableError("the ZooKeeper session is closed")
+        await self._wait_connected(deadline or trio.current_time() + self.connection_timeout_ms / 1000)
+        timeout = self.session_timeout_ms / 1000
+        with trio.move_on_after(timeout):
+            try:
+                return await trio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
+            except StoreError:
+                raise
+            except Exception as exc:
+                raise _translate(exc) from exc
+        raise StoreUnavailableError(f"ZooKeeper at {self.connect} did not answer within {timeout:g} s; "
+                                    "the operation may or may not have been applied")
 
     async def get(self, path: str) -> tuple[bytes, int]:
-        data, stat = await self._run(self.client.get, path)
+        data, stat = await self._read(self.client.get, path)
         return data or b"", stat.version
 
     async def get_many(self, paths: list[str]) -> dict[str, tuple[bytes, int] | None]:
@@ -138,14 +209,14 @@ class ZooKeeperStore(MetadataStore):
                     found[path] = None
             return found
 
-        return await self._run(run)
+        return await self._read(run)
 
     async def exists(self, path: str) -> int | None:
-        stat = await self._run(self.client.exists, path)
+        stat = await self._read(self.client.exists, path)
         return None if stat is None else stat.version
 
     async def children(self, path: str) -> list[str]:
-        return sorted(await self._run(self.client.get_children, path))
+        return sorted(await self._read(self.client.get_children, path))
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
                      sequential: bool = False, makepath: bool = True) -> str:
@@ -183,7 +254,7 @@ class ZooKeeperStore(MetadataStore):
         await self._run(run)
 
     async def ephemeral_owner(self, path: str) -> int | None:
-        data, stat = await self._run(self.client.get, path)
+        data, stat = await self._read(self.client.get, path)
         return stat.ephemeralOwner or None
 
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
@@ -214,13 +285,30 @@ class ZooKeeperStore(MetadataStore):
         self._session_listeners.append(callback)
 
     async def close(self) -> None:
+        """End the session (its ephemeral nodes go at once). With ZooKeeper unreachable there is
+        nothing to wait for: kazoo is told to stop in the background and the session expires on
+        the server."""
         client, self.client = self.client, None
-        if client is not None:
-            def stop() -> None:
-                client.stop()
-                client.close()
+        if client is None:
+            return
 
-            await trio.to_thread.run_sync(stop)
+        def stop() -> None:
+            client.stop()
+            client.close()
+
+        # kazoo registers an atexit hook that joins its worker threads; while ZooKeeper is
+        # unreachable one of them can be blocked re-reading a watched node, and the hook then
+        # holds the process at exit for as long as the outage lasts. The threads are daemons and
+        # hold nothing once the session is over: the process need not wait for them.
+        atexit.unregister(client.handler.stop)
+        if not self._connected.is_set():
+            trio.lowlevel.start_thread_soon(stop, lambda _result: None)
+            return
+        with trio.move_on_after(CLOSE_TIMEOUT_SECONDS):
+            await trio.to_thread.run_sync(stop, abandon_on_cancel=True)
+            return
+        log.warning("The ZooKeeper session did not close within %g s; it expires on the server after "
+                    "zookeeper.session.timeout.ms", CLOSE_TIMEOUT_SECONDS)
 
     def expire_session_for_tests(self) -> None:
         """Force a real session expiry (tests): kazoo's client closes its socket; a second client

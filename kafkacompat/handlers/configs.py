@@ -328,7 +328,8 @@ def _apply_operation(overrides: dict[str, str], config) -> None:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
 
 
-async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str], validate_only: bool) -> None:
+async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str],
+                                validate_only: bool) -> None:
     """Validate the topic's complete new overrides, check it exists, then persist and apply them."""
     if not name:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Default topic resources are not allowed.")

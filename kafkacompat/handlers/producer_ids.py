@@ -61,7 +61,7 @@ async def handle_init_producer_id(request, ctx: RequestContext):
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     try:
         producer_id = await ctx.producer_ids.generate()
-    except (OSError, StoreError) as error:
+    except (OSError, StoreError, ValueError) as error:
         log.error("Could not allocate a producer id block: %s; idempotent producers will retry", error)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
     except ProducerIdsExhaustedError as error:

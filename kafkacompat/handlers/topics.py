@@ -183,7 +183,11 @@ def _error_result(topic_cls, name: str | None, code: int, message: str | None):
 async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
-    await ctx.admin.refresh()  # check names and live brokers against the store, not a cache a beat behind
+    unavailable: KafkaError | None = None
+    try:
+        await ctx.admin.refresh()  # check names and live brokers against the store, not a cache a beat behind
+    except KafkaError as exc:
+        unavailable = exc  # every topic gets it (REQUEST_TIMED_OUT while the store is unreachable)
     duplicates = _duplicates(topic.name for topic in request.topics)
     results = []
     for topic in request.topics:
@@ -196,6 +200,8 @@ async def handle_create_topics(request, ctx: RequestContext):
             ))
             continue
         try:
+            if unavailable is not None:
+                raise unavailable
             plan = _plan_topic(ctx, topic)
             topic_id = None
             if not validate_only:

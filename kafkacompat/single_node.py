@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
-from typing import TYPE_CHECKING, Callable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.state import BrokerInfo, PartitionState
+from kafkacompat.controller.store import StoreWriteError
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
-from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
@@ -66,6 +69,19 @@ class LocalMetadata:
         return {self.node_id: BrokerInfo(self.node_id, host, port, self.config.broker_rack)}
 
 
+@contextmanager
+def _storage_errors(what: str) -> Iterator[None]:
+    """A data dir that cannot be written (full or failing disk) is the client's error, as Kafka
+    answers a failing log dir: KAFKA_STORAGE_ERROR, and the operation left undone."""
+    try:
+        yield
+    except (OSError, StoreWriteError) as error:
+        log.error("%s failed: the data dir cannot be written (%s); nothing was changed. Free space on "
+                  "the disk (or fix it) and retry", what, error)
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{what} failed: the broker's data dir cannot be "
+                         f"written ({error}); retry once it has room") from None
+
+
 class LocalAdmin:
     """AdminOps of a single node: each change is made and persisted before it returns."""
 
@@ -76,10 +92,17 @@ class LocalAdmin:
 
     def create_topic_now(self, name: str, partitions: int, replication_factor: int,
                          configs: dict[str, str]) -> TopicInfo:
+        """The partition logs first, then the topic's record in the store: a disk that fails at
+        either step (KAFKA_STORAGE_ERROR) leaves neither, so a retry starts afresh."""
         validate_topic_name(name)
         topic = TopicInfo(name, uuid.uuid4(), partitions, replication_factor, dict(configs))
-        self.registry.add(topic)
-        self.replicas.open_partitions(topic, range(partitions), lead=True)
+        with _storage_errors(f"Creating topic '{name}'"):
+            created = self.replicas.open_partitions(topic, range(partitions), lead=True)
+            try:
+                self.registry.add(topic)
+            except BaseException:
+                self.replicas.close_opened(name, range(partitions), created)
+                raise
         log.info("Created topic %s with %d partition(s) and id %s", name, partitions, topic.topic_id)
         return topic
 
@@ -93,24 +116,34 @@ class LocalAdmin:
                                      min(self.config.default_replication_factor, 1), {})
 
     async def delete_topic(self, topic: TopicInfo, *, timeout_ms: int | None = None) -> None:
-        self.registry.remove(topic.name)
-        self.replicas.drop_partitions(topic)
+        with _storage_errors(f"Deleting topic '{topic.name}'"):
+            self.registry.remove(topic.name)
+            self.replicas.drop_partitions(topic)
         log.info("Deleted topic %s (id %s)", topic.name, topic.topic_id)
 
     async def add_partitions(self, topic: TopicInfo, total: int, assignment: list[list[int]] | None = None, *,
                              timeout_ms: int | None = None) -> None:
-        first_new = topic.partitions
-        topic.partitions = total
-        self.registry.update(topic)
-        self.replicas.open_partitions(topic, range(first_new, total), lead=True)
+        """As create_topic_now: the new partitions' logs, then the new count in the store."""
+        grown = dataclasses.replace(topic, partitions=total)
+        new = range(topic.partitions, total)
+        with _storage_errors(f"Adding partitions to topic '{topic.name}'"):
+            created = self.replicas.open_partitions(grown, new, lead=True)
+            try:
+                self.registry.update(grown)
+            except BaseException:
+                self.replicas.close_opened(topic.name, new, created)
+                raise
+        topic.partitions = total  # the caller's copy says what the registry now holds
         log.info("Topic %s now has %d partitions", topic.name, total)
 
     async def alter_topic_configs(self, topic: TopicInfo, configs: dict[str, str]) -> None:
         """Replace a topic's config overrides (validated by the caller), persist them, and apply
         them to its partitions' logs at once."""
+        altered = dataclasses.replace(topic, configs=dict(configs))
+        with _storage_errors(f"Altering the configs of topic '{topic.name}'"):
+            self.registry.update(altered)
         topic.configs = dict(configs)
-        self.registry.update(topic)
-        self.replicas.refresh_topic_config(topic)
+        self.replicas.refresh_topic_config(altered)
 
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
                             ) -> dict[tuple[str, int], tuple[int, str | None]]:

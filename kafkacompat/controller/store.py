@@ -58,6 +58,11 @@ class NotEmptyError(StoreError):
     pass
 
 
+class StoreWriteError(StoreError):
+    """The embedded store could not save a change to its file (disk full or failing); the change
+    was undone, so the tree is as before and a retry may succeed once the disk has room."""
+
+
 @dataclass(frozen=True)
 class Op:
     """One operation of ``MetadataStore.multi``: kind is "check" (the node's version must be
@@ -246,21 +251,44 @@ class EmbeddedTree:
 
     @contextmanager
     def deferred_save(self):
-        """Several changes, one write of the file (at the end of the outermost block)."""
+        """Several changes, one write of the file (at the end of the outermost block), all or
+        none: when the block fails or the file cannot be written, the tree is restored as it was
+        before the block (StoreWriteError for the file)."""
         with self._lock:
+            outermost = self._deferred == 0
+            before = self._copy_nodes() if outermost and self.persist_path is not None else None
             self._deferred += 1
-        try:
-            yield
-        finally:
-            with self._lock:
+            try:
+                yield
+            except BaseException:
+                if before is not None:
+                    self._restore(before)
+                raise
+            finally:
                 self._deferred -= 1
-                if self._deferred == 0 and self._dirty:
+            if outermost and self._dirty:
+                try:
                     self._save()
+                except OSError as error:
+                    if before is not None:
+                        self._restore(before)
+                    raise StoreWriteError(f"could not save the metadata store {self.persist_path}: {error}; "
+                                          "nothing was changed") from error
+
+    def _copy_nodes(self) -> dict[str, _Node]:
+        return {path: _Node(node.data, node.version, node.owner, set(node.children), node.cversion)
+                for path, node in self._nodes.items()}
+
+    def _restore(self, nodes: dict[str, _Node]) -> None:
+        changed = [path for path in self._nodes.keys() | nodes.keys()
+                   if path not in nodes or path not in self._nodes or nodes[path].version != self._nodes[path].version]
+        self._nodes = nodes
+        self._dirty = False
+        self._fire(changed, changed_children={_parent(p) for p in changed})
 
     def save_now(self) -> None:
-        with self._lock:
+        with self.deferred_save():
             self._dirty = True
-            self._save()
 
     def _save(self) -> None:
         if self.persist_path is None:
@@ -274,11 +302,16 @@ class EmbeddedTree:
             for path, node in self._nodes.items() if node.owner is None
         }
         tmp = self.persist_path.with_name(self.persist_path.name + ".tmp")
-        with open(tmp, "w") as handle:
-            json.dump({"version": 1, "nodes": entries}, handle, separators=(",", ":"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.persist_path)
+        try:
+            with open(tmp, "w") as handle:
+                json.dump({"version": 1, "nodes": entries}, handle, separators=(",", ":"))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.persist_path)
+        except OSError:
+            self._dirty = True
+            tmp.unlink(missing_ok=True)  # a partial file must not keep the little room left
+            raise
 
     # sessions --------------------------------------------------------------------------------------
 
@@ -326,7 +359,7 @@ class EmbeddedTree:
 
     def create(self, path: str, data: bytes, owner: int | None, sequential: bool, makepath: bool) -> str:
         _check_path(path)
-        with self._lock:
+        with self.deferred_save():  # saved, or undone
             parent_path = _parent(path)
             created: list[str] = []
             if parent_path not in self._nodes:
@@ -358,7 +391,7 @@ class EmbeddedTree:
             return path
 
     def set(self, path: str, data: bytes, version: int) -> int:
-        with self._lock:
+        with self.deferred_save():  # saved, or undone
             node = self._nodes.get(path)
             if node is None:
                 raise NoNodeError(path)
@@ -372,7 +405,7 @@ class EmbeddedTree:
             return node.version
 
     def delete(self, path: str, version: int, recursive: bool) -> None:
-        with self._lock:
+        with self.deferred_save():  # saved, or undone
             node = self._nodes.get(path)
             if node is None or path == "/":
                 raise NoNodeError(path)

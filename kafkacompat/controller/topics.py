@@ -220,20 +220,24 @@ class TopicRegistry:
         self.by_name[topic.name] = topic
         self.by_id[topic.topic_id] = topic
 
+    # Each change is saved first and only then indexed: a store that cannot be written (a full
+    # disk: StoreWriteError) leaves the registry as it was.
+
     def add(self, topic: TopicInfo) -> None:
-        self._index(topic)
         self._persist(topic)
+        self._index(topic)
 
     def remove(self, name: str) -> TopicInfo | None:
-        topic = self.by_name.pop(name, None)
+        topic = self.by_name.get(name)
         if topic is not None:
-            self.by_id.pop(topic.topic_id, None)
             self._forget(name)
+            del self.by_name[name]
+            self.by_id.pop(topic.topic_id, None)
         return topic
 
     def update(self, topic: TopicInfo) -> None:
-        self._index(topic)
         self._persist(topic)
+        self._index(topic)
 
     def get(self, name: str) -> TopicInfo | None:
         return self.by_name.get(name)

@@ -7,6 +7,7 @@ is logged with what it was doing and carries on, it never stops the broker."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 import uuid
 from pathlib import Path
@@ -68,14 +69,41 @@ class ReplicaManager:
     def log_config_for_topic_name(self, name: str) -> LogConfig:
         return self.log_config(self.topics.get(name))
 
-    def open_partitions(self, topic: TopicInfo, indexes: range, *, lead: bool = False) -> None:
-        for index in indexes:
-            self.open_partition(topic.name, index, lead=lead)
+    def open_partitions(self, topic: TopicInfo, indexes: range, *, lead: bool = False) -> set[int]:
+        """Open the partitions of ``topic`` (which need not be in the metadata yet), all or none:
+        when one cannot be created (a full or failing disk: OSError), those opened by this call
+        are closed again (``close_opened``) before the error is raised. Returns the indexes whose
+        log this call created (the others were on disk already)."""
+        created: set[int] = set()
+        try:
+            for index in indexes:
+                if self.logs.get(topic.name, index) is None:
+                    created.add(index)
+                self.open_partition(topic.name, index, lead=lead, topic=topic)
+        except OSError:
+            self.close_opened(topic.name, indexes, created)
+            raise
+        return created
 
-    def open_partition(self, name: str, index: int, *, lead: bool = False) -> Partition:
+    def close_opened(self, name: str, indexes: range, created: set[int]) -> None:
+        """Undo ``open_partitions``: stop serving the partitions and delete the logs it created."""
+        for index in indexes:
+            partition = self.partitions.pop((name, index), None)
+            if partition is not None:
+                partition.wake_waiters()
+            if index not in created:
+                continue
+            try:
+                self.logs.delete_partition(name, index)
+            except OSError as error:
+                log.error("Could not delete the half-created log of %s-%d (%s); it stays as a stray directory",
+                          name, index, error)
+
+    def open_partition(self, name: str, index: int, *, lead: bool = False, topic: TopicInfo | None = None) -> Partition:
         """The partition's log (created if missing); ``lead``: this broker leads it at once (a
-        single node), else it waits for the controller's state."""
-        topic = self.topics.get(name)
+        single node), else it waits for the controller's state. ``topic``: its topic, when not
+        the one in the metadata (a single node opens a topic's logs before recording it)."""
+        topic = topic if topic is not None else self.topics.get(name)
         partition_log = self.logs.get(name, index)
         if partition_log is not None and topic is not None and _belongs_to_other_topic(partition_log.dir, topic):
             log.warning("The log of %s-%d on disk belongs to an earlier topic of that name (deleted and "
@@ -316,5 +344,12 @@ def _belongs_to_other_topic(partition_dir: Path, topic: TopicInfo) -> bool:
 def _write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:
     """Kafka's partition.metadata file: the topic id a partition directory belongs to."""
     path = partition_dir / PARTITION_METADATA
-    if not path.exists():
-        path.write_text(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
+    if path.exists():
+        return
+    partial = path.with_name(PARTITION_METADATA + ".tmp")  # never a half-written file under the real name
+    try:
+        partial.write_text(f"version: 0\ntopic_id: {encode_topic_id(topic_id)}\n")
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise

@@ -157,3 +157,25 @@ def test_create_partitions_on_a_full_disk_adds_none_until_space_returns(disk, br
                                               request_timeout=TIMEOUT)
     futures[topic_name].result(timeout=TIMEOUT)
     assert confluent_send(broker.bootstrap, topic_name, [Msg(b"new", partition=2)]) == [0]
+
+
+def test_delete_records_on_a_full_disk_moves_nothing_until_space_returns(disk, broker, topic_name):
+    from confluent_kafka import TopicPartition
+
+    create_topic(broker.bootstrap, topic_name)
+    sent = [Msg(f"m{i}".encode()) for i in range(5)]
+    confluent_send(broker.bootstrap, topic_name, sent)
+    tp = TopicPartition(topic_name, 0, 3)
+    disk.fill()
+    with pytest.raises(KafkaException) as raised:
+        admin(broker).delete_records([tp], request_timeout=TIMEOUT)[tp].result(timeout=TIMEOUT)
+    assert raised.value.args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+    got = ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 5, timeout=10)
+    assert values(got) == [m.value for m in sent]   # refused: every record still there
+
+    disk.free()
+    result = admin(broker).delete_records([tp], request_timeout=TIMEOUT)[tp].result(timeout=TIMEOUT)
+    assert result.low_watermark == 3
+    broker.kill()   # the new log start was checkpointed before the answer
+    broker.start()
+    assert [r.offset for r in ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 2, timeout=10)] == [3, 4]

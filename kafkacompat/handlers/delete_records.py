@@ -7,11 +7,12 @@ UNKNOWN_TOPIC_OR_PARTITION; an internal topic INVALID_TOPIC_EXCEPTION; one this 
 host or lead NOT_LEADER_OR_FOLLOWER; a cleanup.policy without "delete" POLICY_VIOLATION; an
 offset that is negative (other than -1, the high watermark) or above the high watermark
 OFFSET_OUT_OF_RANGE. A partition named twice is answered once, for the last offset (Kafka keys
-the request by partition). The new log start offsets are checkpointed before the answer, so a
-crash cannot resurrect deleted records. The answer then waits, up to timeout_ms, until the low
-watermark (the smallest log start offset of the leader and its live followers) reaches the
-requested offset; a partition still behind then gets REQUEST_TIMED_OUT with the low watermark
-it had when its deletion was done.
+the request by partition). The new log start offsets are checkpointed before they are set, so
+a crash cannot resurrect deleted records, and a checkpoint that cannot be written (a full disk)
+fails those partitions with KAFKA_STORAGE_ERROR and moves nothing. The answer then waits, up to
+timeout_ms, until the low watermark (the smallest log start offset of the leader and its live
+followers) reaches the requested offset; a partition still behind then gets REQUEST_TIMED_OUT
+with the low watermark it had when its deletion was done.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ class Deletion:
     error_code: int = ErrorCode.NONE
     low_watermark: int = INVALID_LOW_WATERMARK
     pending: bool = False
-    moved: bool = False  # the log start offset went up
 
     def fail(self, code: int) -> None:
         self.error_code, self.low_watermark, self.pending = code, INVALID_LOW_WATERMARK, False
@@ -69,7 +69,9 @@ def _known_to_metadata(ctx: RequestContext, topic: str, index: int) -> bool:
     return info is not None and 0 <= index < info.partitions
 
 
-def _delete_locally(ctx: RequestContext, deletion: Deletion, live_brokers: set[int]) -> None:
+def _check_locally(ctx: RequestContext, deletion: Deletion) -> None:
+    """Kafka's checks, in its order; a deletion that passes them has its partition and the
+    offset its log start is to reach."""
     if not _known_to_metadata(ctx, deletion.topic, deletion.index):
         deletion.fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return
@@ -80,30 +82,48 @@ def _delete_locally(ctx: RequestContext, deletion: Deletion, live_brokers: set[i
     if partition is None:
         deletion.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)  # the topic exists; this broker has no replica
         return
-    deletion.partition = partition
-    start_before = partition.log_start_offset
     try:
-        deletion.required_offset = partition.delete_records(deletion.offset)
+        deletion.required_offset = partition.records_deletion_offset(deletion.offset)
+    except KafkaError as exc:
+        log.debug("DeleteRecords of %s to %d for %s failed: %s", partition, deletion.offset, ctx.client_id, exc)
+        deletion.fail(exc.code)
+        return
+    deletion.partition = partition
+
+
+def _checkpoint_first(ctx: RequestContext, accepted: list[Deletion]) -> list[Deletion]:
+    """Kafka checkpoints log start offsets only periodically; after a crash a stale checkpoint
+    would bring deleted records back, so the new offsets are written before they are set. When
+    the file cannot be written (a full or failing disk) those deletions fail with
+    KAFKA_STORAGE_ERROR and nothing moves. Returns the deletions to carry out."""
+    moving = {(d.topic, d.index): d.required_offset for d in accepted
+              if d.partition is not None and d.required_offset > d.partition.log_start_offset}
+    if not moving:
+        return accepted
+    try:
+        ctx.replicas.checkpoint_log_start_offsets(moving)
+    except OSError as exc:
+        log.error("DeleteRecords of %s not done: the log start offsets could not be checkpointed (%s); "
+                  "retry once the data dir can be written", ", ".join(f"{t}-{i}" for t, i in moving), exc)
+        for deletion in accepted:
+            if (deletion.topic, deletion.index) in moving:
+                deletion.fail(ErrorCode.KAFKA_STORAGE_ERROR)
+        return [d for d in accepted if (d.topic, d.index) not in moving]
+    return accepted
+
+
+def _delete_locally(deletion: Deletion, live_brokers: set[int]) -> None:
+    partition = deletion.partition
+    assert partition is not None
+    try:
+        partition.advance_log_start_offset(deletion.required_offset)
         deletion.low_watermark = partition.low_watermark(live_brokers)
         deletion.pending = deletion.low_watermark < deletion.required_offset
     except KafkaError as exc:
-        log.debug("DeleteRecords of %s to %d for %s failed: %s", partition, deletion.offset, ctx.client_id, exc)
         deletion.fail(exc.code)
     except OSError as exc:  # removing a segment's files failed (the log start has moved all the same)
         log.error("DeleteRecords of %s to %d failed: %s", partition, deletion.offset, exc)
         deletion.fail(ErrorCode.KAFKA_STORAGE_ERROR)
-    deletion.moved = partition.log_start_offset > start_before
-
-
-def _checkpoint(ctx: RequestContext, moved: list[Deletion]) -> None:
-    """Kafka checkpoints log start offsets only periodically; after a crash a stale checkpoint
-    would bring deleted records back, so the answer waits for the file."""
-    try:
-        ctx.replicas.checkpoint_log_start_offsets()
-    except OSError as exc:
-        log.error("Could not checkpoint log start offsets after DeleteRecords: %s", exc)
-        for deletion in moved:
-            deletion.fail(ErrorCode.KAFKA_STORAGE_ERROR)  # deleted, but not durably so
 
 
 def _check_pending(ctx: RequestContext, pending: list[Deletion], live_brokers: set[int]) -> list[Deletion]:
@@ -161,10 +181,9 @@ async def handle_delete_records(request, ctx: RequestContext):
     deletions = _requested(request)
     live_brokers = set(ctx.metadata.brokers())
     for deletion in deletions:
-        _delete_locally(ctx, deletion, live_brokers)
-    moved = [d for d in deletions if d.moved]
-    if moved:
-        _checkpoint(ctx, moved)
+        _check_locally(ctx, deletion)
+    for deletion in _checkpoint_first(ctx, [d for d in deletions if d.partition is not None]):
+        _delete_locally(deletion, live_brokers)
     if any(d.pending for d in deletions):
         await _wait_for_low_watermarks(ctx, deletions, request.timeout_ms)
     return _response(ctx, deletions)

@@ -20,7 +20,7 @@ import shutil
 import sys
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import trio
 
@@ -188,12 +188,17 @@ class LogManager:
                          {key: log.recovery_point for key, log in self._logs.items()})
         self.checkpoint_log_start_offsets()
 
-    def checkpoint_log_start_offsets(self) -> None:
-        """Write log-start-offset-checkpoint now. DeleteRecords calls it before answering: the
-        periodic checkpoint may be stale after a crash, and a segment's base offset only bounds
-        the log start from below, so deleted records would come back."""
-        write_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT,
-                         {key: log.log_start_offset for key, log in self._logs.items()})
+    def checkpoint_log_start_offsets(self, advanced: Mapping[TopicPartition, int] | None = None) -> None:
+        """Write log-start-offset-checkpoint now, with the log start offsets in ``advanced``
+        instead of the logs' own. DeleteRecords writes the offsets it is about to set before
+        setting them: the periodic checkpoint may be stale after a crash, and a segment's base
+        offset only bounds the log start from below, so deleted records would come back; and a
+        checkpoint that cannot be written (a full disk) leaves the logs untouched."""
+        offsets = {key: log.log_start_offset for key, log in self._logs.items()}
+        for key, offset in (advanced or {}).items():
+            if key in offsets:
+                offsets[key] = max(offsets[key], offset)
+        write_checkpoint(self.data_dir / LOG_START_OFFSET_CHECKPOINT, offsets)
 
     def close(self) -> None:
         """Clean shutdown: flush every log, checkpoint, close, then write the clean-shutdown marker."""

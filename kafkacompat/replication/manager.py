@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import trio
 
@@ -58,8 +58,8 @@ class ReplicaManager:
     def topic(self, name: str) -> TopicInfo | None:
         return self.topics.get(name)
 
-    def checkpoint_log_start_offsets(self) -> None:
-        self.logs.checkpoint_log_start_offsets()
+    def checkpoint_log_start_offsets(self, advanced: "Mapping[tuple[str, int], int] | None" = None) -> None:
+        self.logs.checkpoint_log_start_offsets(advanced)
 
     # ---- opening partitions --------------------------------------------------------------------
 

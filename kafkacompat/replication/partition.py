@@ -367,6 +367,12 @@ class Partition:
     def delete_records(self, offset: int) -> int:
         """Kafka's deleteRecordsOnLeader: records below ``offset`` (DELETE_TO_HIGH_WATERMARK: the
         high watermark) become unreadable. Returns the offset the low watermark must reach."""
+        requested = self.records_deletion_offset(offset)
+        self.advance_log_start_offset(requested)
+        return requested
+
+    def records_deletion_offset(self, offset: int) -> int:
+        """The checks of ``delete_records``, changing nothing: the log start offset it would set."""
         self.check_leader()
         if not self.log.config.deletes_old_segments:
             raise KafkaError(ErrorCode.POLICY_VIOLATION,
@@ -378,7 +384,6 @@ class Partition:
             raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
                              f"Cannot increment the log start offset to {requested} of partition {self} since it "
                              f"is larger than the high watermark {self.high_watermark}")
-        self.advance_log_start_offset(requested)
         return requested
 
     def low_watermark(self, live_brokers: Collection[int]) -> int:

@@ -179,3 +179,30 @@ def test_delete_records_on_a_full_disk_moves_nothing_until_space_returns(disk, b
     broker.kill()   # the new log start was checkpointed before the answer
     broker.start()
     assert [r.offset for r in ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 2, timeout=10)] == [3, 4]
+
+
+def test_alter_configs_on_a_full_disk_changes_nothing_until_space_returns(disk, broker, topic_name):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    create_topic(broker.bootstrap, topic_name)
+
+    def set_retention(value: str) -> None:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name, incremental_configs=[
+            ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)])
+        admin(broker).incremental_alter_configs([resource], request_timeout=TIMEOUT)[resource].result(timeout=TIMEOUT)
+
+    def retention() -> str:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic_name)
+        described = admin(broker).describe_configs([resource], request_timeout=TIMEOUT)[resource].result(TIMEOUT)
+        return described["retention.ms"].value
+
+    disk.fill()
+    with pytest.raises(KafkaException) as raised:
+        set_retention("1234567")
+    assert raised.value.args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+    assert retention() == "604800000"   # the broker default: nothing changed
+    disk.free()
+    set_retention("1234567")
+    assert retention() == "1234567"
+    broker.restart()
+    assert retention() == "1234567"

@@ -230,6 +230,38 @@ def test_single_node_topics_live_in_the_embedded_store_and_legacy_registries_mig
     assert again.names() == ["old"]
 
 
+def test_a_change_the_store_cannot_save_is_undone(tmp_path):
+    """A real failing write: the temporary file's name is taken by a directory, so open() fails."""
+    import uuid
+
+    from kafkacompat.controller.store import StoreWriteError
+    from kafkacompat.controller.topics import TopicInfo, TopicRegistry
+
+    registry = TopicRegistry(tmp_path)
+    registry.load()
+    kept = TopicInfo("kept", uuid.uuid4(), 1, 1, {})
+    registry.add(kept)
+    blocker = tmp_path / "metadata-store.json.tmp"
+    blocker.mkdir()
+    with pytest.raises(StoreWriteError, match="nothing was changed"):
+        registry.add(TopicInfo("lost", uuid.uuid4(), 2, 1, {}))
+    with pytest.raises(StoreWriteError):
+        registry.remove("kept")
+    grown = TopicInfo("kept", kept.topic_id, 5, 1, {"retention.ms": "1"})
+    with pytest.raises(StoreWriteError):
+        registry.update(grown)
+    assert registry.names() == ["kept"] and registry.get("kept") is kept
+    assert registry.tree.exists("/brokers/topics/lost") is None
+    assert registry.tree.exists("/config/topics/lost") is None
+
+    blocker.rmdir()
+    registry.add(TopicInfo("later", uuid.uuid4(), 2, 1, {}))
+    reloaded = TopicRegistry(tmp_path)
+    reloaded.load()
+    assert sorted(reloaded.names()) == ["kept", "later"]
+    assert reloaded.get("kept").partitions == 1
+
+
 def test_an_unreadable_store_stops_the_start(tmp_path):
     from kafkacompat.controller.topics import TopicRegistry
 

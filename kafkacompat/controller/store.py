@@ -23,7 +23,7 @@ import logging
 import os
 import threading
 from abc import ABC, abstractmethod
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -310,7 +310,8 @@ class EmbeddedTree:
             os.replace(tmp, self.persist_path)
         except OSError:
             self._dirty = True
-            tmp.unlink(missing_ok=True)  # a partial file must not keep the little room left
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)  # a partial file must not keep the little room left
             raise
 
     # sessions --------------------------------------------------------------------------------------

@@ -65,15 +65,19 @@ def _encode(response: ProduceResponseData, version: int) -> bytes:
 @handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
     waits: list[_Wait] = []
+    flushes: list[_Flush] = []
     results = [
         ProduceTopicResult(topic.name, topic.topic_id, [
-            _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits) for data in topic.partitions
+            _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits, flushes)
+            for data in topic.partitions
         ])
         for topic in request.topics
     ]
     if request.acks == 0:
         _close_if_failed(ctx, request, results)
         return None
+    if flushes:
+        await _await_flushes(flushes)
     if waits:
         await _await_replication(waits, request.timeout_ms)
     return ProduceResponseData(results, _leader_endpoints(ctx, results))
@@ -119,6 +123,25 @@ async def _await_replication(waits: list[_Wait], timeout_ms: int) -> None:
                 wait.partition.remove_waiter(event)
 
 
+@dataclass(slots=True)
+class _Flush:
+    """An append that reached flush.messages: acknowledged once the fsync queued for it is done."""
+    done: "trio.Event"
+    log: "PartitionLog"
+    required_offset: int
+    result: ProducePartitionResult
+
+
+async def _await_flushes(flushes: list[_Flush]) -> None:
+    """Kafka fsyncs inside the append that reaches flush.messages, so its answer waits for the disk;
+    the fsync runs in the log manager's worker thread here. A failed fsync answers
+    KAFKA_STORAGE_ERROR (the producer retries; an idempotent one is deduplicated)."""
+    for flush in flushes:
+        await flush.done.wait()
+        if flush.log.recovery_point < flush.required_offset:
+            _fail(flush.result, ErrorCode.KAFKA_STORAGE_ERROR)
+
+
 def _fail(result: ProducePartitionResult, code: int) -> None:
     result.error_code = code
     result.error_message = ErrorCode(code).name
@@ -135,7 +158,7 @@ def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) ->
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,
-                       data: ProducePartitionData, waits: list[_Wait]) -> ProducePartitionResult:
+                       data: ProducePartitionData, waits: list[_Wait], flushes: list[_Flush]) -> ProducePartitionResult:
     result = ProducePartitionResult(data.index)
     partition = None
     try:
@@ -175,6 +198,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     result.base_offset = info.first_offset
     result.log_append_time_ms = info.log_append_time
     result.log_start_offset = info.log_start_offset
+    if partition.log.pending_flush is not None:
+        flushes.append(_Flush(partition.log.pending_flush, partition.log, info.last_offset + 1, result))
     if request.acks == -1:
         waits.append(_Wait(partition, result, info.last_offset + 1, partition.leader_epoch))
     return result

@@ -146,6 +146,8 @@ class LogManager:
     def _queue_flush(self, log: PartitionLog) -> None:
         """flush.messages reached (called on the event loop by the append): the flusher takes it."""
         self._flush_queue[(log.topic, log.partition)] = log
+        if log.pending_flush is None:
+            log.pending_flush = trio.Event()
         if self._flush_queued is not None:
             self._flush_queued.set()
 
@@ -169,8 +171,12 @@ class LogManager:
                 due.update(((log.topic, log.partition), log) for log in self.flush_due(wall_clock_ms()))
                 next_check = trio.current_time() + interval
             for key, log in due.items():
+                # Appends from here on wait for the next round: this fsync may start before them.
+                done, log.pending_flush = log.pending_flush, None
                 if self._logs.get(key) is log:
                     await self._flush_in_worker_thread(log)
+                if done is not None:
+                    done.set()
 
     @staticmethod
     async def _flush_in_worker_thread(log: PartitionLog) -> None:

@@ -9,7 +9,7 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from kafkacompat.log.checkpoint import fsync_directory
 from kafkacompat.log.config import LogConfig
@@ -88,6 +88,9 @@ class PartitionLog:
         self._recovery_point = 0
         self.config = config  # after the recovery point: the setter derives the flush threshold
         self.on_flush_due: Callable[[PartitionLog], None] = PartitionLog.flush
+        # Set by a LogManager while a flush.messages fsync is queued: what an acknowledgement of
+        # the appends before it waits for (an object with ``async wait()``, a trio.Event).
+        self.pending_flush: Any = None
         self._files = files
         self._owns_files = owns_files
         self._segments: list[LogSegment] = []

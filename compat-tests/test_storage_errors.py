@@ -206,3 +206,19 @@ def test_alter_configs_on_a_full_disk_changes_nothing_until_space_returns(disk, 
     assert retention() == "1234567"
     broker.restart()
     assert retention() == "1234567"
+
+
+def test_delete_topics_on_a_full_disk_keeps_the_topic_whole_until_space_returns(disk, broker, topic_name):
+    create_topic(broker.bootstrap, topic_name)
+    confluent_send(broker.bootstrap, topic_name, [Msg(b"kept")])
+    disk.fill()
+    with pytest.raises(KafkaException) as raised:
+        admin(broker).delete_topics([topic_name], request_timeout=TIMEOUT)[topic_name].result(timeout=TIMEOUT)
+    assert raised.value.args[0].code() == ErrorCode.KAFKA_STORAGE_ERROR
+    assert topic_name in listed_topics(broker)
+    assert values(ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 1, timeout=10)) == [b"kept"]
+
+    disk.free()
+    admin(broker).delete_topics([topic_name], request_timeout=TIMEOUT)[topic_name].result(timeout=TIMEOUT)
+    assert topic_name not in listed_topics(broker)
+    assert not (broker.data_dir / f"{topic_name}-0").exists()

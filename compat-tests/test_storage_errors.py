@@ -222,3 +222,32 @@ def test_delete_topics_on_a_full_disk_keeps_the_topic_whole_until_space_returns(
     admin(broker).delete_topics([topic_name], request_timeout=TIMEOUT)[topic_name].result(timeout=TIMEOUT)
     assert topic_name not in listed_topics(broker)
     assert not (broker.data_dir / f"{topic_name}-0").exists()
+
+
+def test_a_produce_that_rolls_a_segment_on_a_full_disk_is_refused_and_the_log_stays_whole(disk, broker, topic_name):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaStorageError
+
+    create_topic(broker.bootstrap, topic_name, config={"segment.bytes": "2048"})
+    before = [Msg(os.urandom(1200)) for _ in range(3)]
+    for msg in before:   # one request, one batch and one segment each
+        confluent_send(broker.bootstrap, topic_name, [msg])
+    disk.fill()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1, retries=0, linger_ms=0)
+    try:
+        for _ in range(2):
+            with pytest.raises(KafkaStorageError):
+                producer.send(topic_name, value=os.urandom(1200), partition=0).get(timeout=TIMEOUT)
+        disk.free()
+        offsets = [producer.send(topic_name, value=f"after-{i}".encode() * 200, partition=0).get(timeout=TIMEOUT).offset
+                   for i in range(3)]
+    finally:
+        producer.close()
+    assert offsets == [3, 4, 5]
+    got = ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 6, timeout=10)
+    assert [r.offset for r in got] == list(range(6))
+    assert values(got) == [m.value for m in before] + [f"after-{i}".encode() * 200 for i in range(3)]
+    broker.kill()   # and recovery after a crash finds the same log
+    broker.start()
+    got = ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 6, timeout=10)
+    assert [r.offset for r in got] == list(range(6))

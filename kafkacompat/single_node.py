@@ -118,8 +118,12 @@ class LocalAdmin:
     async def delete_topic(self, topic: TopicInfo, *, timeout_ms: int | None = None) -> None:
         with _storage_errors(f"Deleting topic '{topic.name}'"):
             self.registry.remove(topic.name)
-            self.replicas.drop_partitions(topic)
         log.info("Deleted topic %s (id %s)", topic.name, topic.topic_id)
+        try:
+            self.replicas.drop_partitions(topic)
+        except OSError as error:  # the topic is gone all the same: its leftovers are stray logs
+            log.error("Topic %s is deleted, but deleting its partition logs failed (%s); what is left of them "
+                      "stays on disk, unserved, until removed by hand", topic.name, error)
 
     async def add_partitions(self, topic: TopicInfo, total: int, assignment: list[list[int]] | None = None, *,
                              timeout_ms: int | None = None) -> None:

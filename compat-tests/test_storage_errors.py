@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,47 @@ def test_a_produce_that_rolls_a_segment_on_a_full_disk_is_refused_and_the_log_st
     broker.start()
     got = ConfluentDriver(broker.bootstrap).consume(topic_name, 0, 0, 6, timeout=10)
     assert [r.offset for r in got] == list(range(6))
+
+
+def test_a_zookeeper_broker_opens_its_partitions_once_its_full_disk_has_room(tmp_path, topic_name):
+    """ZooKeeper mode, as Kafka's: the topic's znodes are written and the broker creates the logs
+    when it applies the partition states; while its disk is full it cannot, and once there is
+    room again it does without a restart: it retries every RETRY_SECONDS, not only when the
+    metadata changes (which this test cannot tell apart: ZooKeeper's watch notifications of the
+    creation may still arrive after the free)."""
+    from cluster import ZooKeeperCluster
+
+    root = tmp_path / "broker-0"   # the cluster's data dir of broker 0
+    root.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_SIZE}", "tmpfs", str(root)], check=True)
+    try:
+        with ZooKeeperCluster(tmp_path, brokers=1) as cluster:
+            disk = SmallDisk(root)
+            disk.fill()
+            client = admin_for(cluster.bootstrap)   # alive until its futures are done
+            futures = client.create_topics(
+                [NewTopic(topic_name, num_partitions=2, replication_factor=1)],
+                operation_timeout=10, request_timeout=TIMEOUT)
+            futures[topic_name].result(timeout=TIMEOUT)   # recorded in ZooKeeper
+            for partition in (0, 1):
+                wait_for_line(cluster.brokers[0], f"Applying {topic_name}-{partition} failed")
+            assert not (root / f"{topic_name}-0" / "partition.metadata").exists()
+            disk.free()
+            assert confluent_send(cluster.bootstrap, topic_name, [Msg(b"room", partition=1)]) == [0]
+            got = ConfluentDriver(cluster.bootstrap).consume(topic_name, 1, 0, 1, timeout=10)
+            assert values(got) == [b"room"]
+    finally:
+        subprocess.run(["umount", "-l", str(root)], check=True)
+
+
+def wait_for_line(broker: BrokerProcess, text: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while text not in broker.output():
+        assert time.monotonic() < deadline, f"the broker never logged {text!r}:\n{broker.output()}"
+        time.sleep(0.05)
+
+
+def admin_for(bootstrap: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap})

@@ -524,6 +524,7 @@ class ClusterMember:
         self._nudge = _Nudge()
         self._watched: set[tuple[str, bool]] = set()
         self._applied: dict[tuple[str, int], PartitionState] = {}
+        self._apply_failures: dict[tuple[str, int], str] = {}  # partition -> why its state is not applied
         self._synced = trio.Event()
         self._step_lock = trio.Lock()
         self._stopping = False
@@ -581,6 +582,9 @@ class ClusterMember:
             if failure is not None:
                 log.info("Broker %d: cluster metadata in sync with the store again", self.node_id)
                 failure = None
+            if self._apply_failures:  # e.g. a full disk: try again without waiting for a change
+                await trio.sleep(self.RETRY_SECONDS)
+                self._nudge.set()
 
     def _assigned_here(self, view: ClusterView) -> set[tuple[str, int]]:
         return {(name, partition) for name, record in view.topics.items()
@@ -858,10 +862,19 @@ class ClusterMember:
             self._applied[key] = state
             try:
                 await self.sink.apply_partition_state(state)
-            except Exception:
-                log.exception("Applying %s-%d failed", state.topic, state.partition)
+            except Exception as exc:
                 self._applied.pop(key, None)
+                described = f"{type(exc).__name__}: {exc}"
+                if self._apply_failures.get(key) != described:
+                    log.exception("Applying %s-%d failed; retrying every %g s", state.topic, state.partition,
+                                  self.RETRY_SECONDS)
+                self._apply_failures[key] = described
+                continue
+            if self._apply_failures.pop(key, None) is not None:
+                log.info("Applied %s-%d after all", state.topic, state.partition)
         unknown = view.unreadable | {k for k in self._applied if k[0] in view.unreadable_topics}
+        for key in [k for k in self._apply_failures if k not in hosted]:
+            del self._apply_failures[key]  # no longer this broker's to apply
         for key in [k for k in self._applied if k not in hosted and k not in unknown]:
             del self._applied[key]
             topic, partition = key

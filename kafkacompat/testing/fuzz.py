@@ -393,8 +393,11 @@ def _values(rng: random.Random) -> list[bytes]:
 def _lying_record_length(rng: random.Random) -> bytearray:
     values = _values(rng)
     records = bytearray(records_section(values))
-    # The first record's length is one varint byte (records here are < 64 bytes): make it lie.
-    records[0] = rb.write_varint(rng.choice([0, 1, 63, rng.randrange(64)]))[0]
+    # The first record's length is one varint byte (records here are < 64 bytes): make it lie
+    # (never its true value, which would be a sound batch).
+    true_length = len(encode_record(0, b"k0", values[0])) - 1
+    lies = [length for length in (0, 1, 63, rng.randrange(64)) if length != true_length]
+    records[0] = rb.write_varint(rng.choice(lies))[0]
     return record_batch(values, payload=bytes(records))
 
 

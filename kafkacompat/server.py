@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.wire.chunks import Chunk, FileRegion, StreamedChunk, close_chunks
 from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, parse_request_header
 
@@ -145,6 +146,8 @@ class Connection:
             self.peer = f"{peer[0]}:{peer[1]}"
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
         self.client_id: str | None = None
+        # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
+        self.principal: KafkaPrincipal = ANONYMOUS
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""

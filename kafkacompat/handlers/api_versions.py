@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 
+from kafkacompat import features
 from kafkacompat.handlers.registry import REGISTRY, RequestContext, handles, response_for
 from kafkacompat.wire.errors import ErrorCode
 
@@ -18,13 +19,19 @@ def served_versions() -> list[tuple[int, int, int]]:
 async def handle_api_versions(request, ctx: RequestContext):
     from kafkacompat.wire.codec import response_class
 
-    entry = response_class(API_VERSIONS).ApiVersion
+    response = response_class(API_VERSIONS)
+    finalized = features.finalized_features()
     return response_for(
         API_VERSIONS,
         ctx,
         error_code=0,
-        api_keys=[entry(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
+        api_keys=[response.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
         throttle_time_ms=0,
+        supported_features=[response.SupportedFeatureKey(name=f.name, min_version=f.min_version, max_version=f.max_version)
+                            for f in features.supported_features()],
+        finalized_features_epoch=features.FINALIZED_FEATURES_EPOCH if finalized else -1,
+        finalized_features=[response.FinalizedFeatureKey(name=f.name, min_version_level=f.finalized_level,
+                                                         max_version_level=f.finalized_level) for f in finalized],
     )
 
 

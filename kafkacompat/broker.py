@@ -22,6 +22,7 @@ from kafkacompat.groups.offsets_log import OffsetsTopicLog
 from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
+from kafkacompat.quotas import ClientQuotaManager
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from kafkacompat.controller.controller import ClusterMember
     from kafkacompat.controller.store import MetadataStore
     from kafkacompat.handlers.registry import Services
+    from kafkacompat.security.authorizer import Authorizer
     from kafkacompat.server import Connection
 
 log = logging.getLogger("kafkacompat.broker")
@@ -57,7 +59,21 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.authorizer = self._authorizer()
+        self.quotas = ClientQuotaManager(config, self.admin.quota_store())
         self._services = None
+
+    def _authorizer(self) -> "Authorizer | None":
+        """Kafka's authorizer.class.name selects it; the ACLs are in the metadata store (the data
+        dir's embedded store on a single node, the cluster's otherwise)."""
+        if not self.config.authorizer_class_name:
+            return None
+        from kafkacompat.controller.store import EmbeddedStore
+        from kafkacompat.security.authorizer import Authorizer
+
+        store = self.store if self.store is not None else EmbeddedStore(self.registry.tree)
+        super_users = [user.strip() for user in (self.config.super_users or "").split(";") if user.strip()]
+        return Authorizer(store, super_users, self.config.allow_everyone_if_no_acl_found)
 
     def _build_single_node(self) -> None:
         from kafkacompat.single_node import LocalAdmin, LocalMetadata
@@ -140,7 +156,7 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir)
+                                      self.producer_ids, self.data_dir, self.authorizer, self.quotas)
         return self._services
 
     async def dispatch(
@@ -172,6 +188,9 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             broker.port = port
             if broker.clustered:
                 await nursery.start(broker.join)
+            if broker.authorizer is not None:
+                await nursery.start(broker.authorizer.run)
+            nursery.start_soon(broker.quotas.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)

@@ -585,6 +585,20 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Producer state of an idle producer id expires after this long.", at_least(1), dynamic=True),
     _broker("producer.id.expiration.check.interval.ms", _INT, "600000", LOW,
             "How often expired producer ids are removed.", at_least(1)),
+    # --- authorizer (security/authorizer.py) and client quotas (quotas.py) ---
+    _broker("authorizer.class.name", _STR, "", LOW,
+            "The authorizer: Kafka's StandardAuthorizer or AclAuthorizer class name (both select kafkacompat's "
+            "ACL authorizer); empty = none, every client may do everything.",
+            one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                   "kafka.security.authorizer.AclAuthorizer")),
+    _broker("super.users", _STR, "", LOW,
+            "Principals allowed everything by the authorizer, ';'-separated (User:admin;User:broker)."),
+    _broker("allow.everyone.if.no.acl.found", _BOOL, "false", LOW,
+            "Whether the authorizer allows an operation on a resource that has no ACL at all."),
+    _broker("quota.window.num", _INT, "11", LOW, "The number of samples kept for client quota rates.",
+            at_least(1)),
+    _broker("quota.window.size.seconds", _INT, "1", LOW, "The time span of each client quota sample.",
+            at_least(1)),
 )
 
 

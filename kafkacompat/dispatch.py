@@ -56,7 +56,7 @@ async def dispatch(
         raise
     except ValueError as exc:
         raise ProtocolViolation(f"malformed {api_name(header.api_key)} v{version} request: {exc}") from exc
-    response = await handler.fn(request, RequestContext(services, header, connection))
+    response = await handler.fn(request, RequestContext(services, header, connection, len(body)))
     if response is None:
         return None
     encoded = handler.encode(response, version)

@@ -148,15 +148,23 @@ class Connection:
         self.client_id: str | None = None
         # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
         self.principal: KafkaPrincipal = ANONYMOUS
+        self.throttled_until = 0.0  # trio time before which nothing is read (KIP-219 quota throttling)
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""
         return f"connection {self.id} from {self.peer}{client}"
 
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for a quota's throttle time, once its response is sent (KIP-219)."""
+        self.throttled_until = max(self.throttled_until, trio.current_time() + throttle_ms / 1000)
+
     async def serve(self) -> None:
         try:
             while True:
                 self._waited = False
+                if self.throttled_until > trio.current_time():
+                    await trio.sleep_until(self.throttled_until)
+                    self._waited = True
                 frame = await self._read_frame()
                 if frame is None:
                     return

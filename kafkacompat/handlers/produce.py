@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.handlers.registry import RequestContext, handles
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.frame import ProtocolViolation
 from kafkacompat.wire.produce import (
@@ -48,10 +49,15 @@ PRODUCE = 0
 VALID_ACKS = (0, 1, -1)
 
 
+THROTTLED_BY_CLIENT_SINCE = 6  # KIP-219: from Produce v6 the client honours throttle_time_ms
+TRANSACTIONAL_FLAG = 0x10      # RecordBatch attributes bit 4
+
+
 @dataclass(slots=True)
 class ProduceResponseData:
     topics: list[ProduceTopicResult]
     node_endpoints: list[NodeEndpoint] | None = None
+    throttle_time_ms: int = 0
 
 
 def _decode(version: int, body: memoryview) -> ProduceRequestData:
@@ -59,28 +65,72 @@ def _decode(version: int, body: memoryview) -> ProduceRequestData:
 
 
 def _encode(response: ProduceResponseData, version: int) -> bytes:
-    return encode_produce_response(response.topics, 0, version, response.node_endpoints)
+    return encode_produce_response(response.topics, response.throttle_time_ms, version, response.node_endpoints)
 
 
 @handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
+    if (ctx.services.authorizer is not None and _has_transactional_records(request)
+            and not (request.transactional_id is not None
+                     and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id))):
+        refused = _failed_everywhere(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if request.acks == 0:
+            _close_if_failed(ctx, request, refused.topics)
+        return refused
     waits: list[_Wait] = []
     flushes: list[_Flush] = []
     results = [
         ProduceTopicResult(topic.name, topic.topic_id, [
             _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits, flushes)
             for data in topic.partitions
+        ] if _may_write(ctx, topic) else [
+            ProducePartitionResult(data.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for data in topic.partitions
         ])
         for topic in request.topics
     ]
     if request.acks == 0:
         _close_if_failed(ctx, request, results)
+        await ctx.throttle_for_quota(ctx.record_produce_bytes(), THROTTLED_BY_CLIENT_SINCE)
         return None
     if flushes:
         await _await_flushes(flushes)
     if waits:
         await _await_replication(waits, request.timeout_ms)
-    return ProduceResponseData(results, _leader_endpoints(ctx, results))
+    throttle_ms = ctx.record_produce_bytes()
+    await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+    return ProduceResponseData(results, _leader_endpoints(ctx, results), throttle_ms)
+
+
+def _may_write(ctx: RequestContext, topic) -> bool:
+    """WRITE on the topic (Kafka's filterByAuthorized); a topic id this broker does not know is
+    left to the partition's UNKNOWN_TOPIC_ID."""
+    if ctx.services.authorizer is None:
+        return True
+    name = topic.name
+    if not name and topic.topic_id is not None:
+        known = ctx.metadata.topic_by_id(topic.topic_id)
+        if known is None:
+            return True
+        name = known.name
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)
+
+
+def _has_transactional_records(request: ProduceRequestData) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: a v2 batch with the transactional flag."""
+    for topic in request.topics:
+        for data in topic.partitions:
+            records = data.records
+            if records is not None and len(records) > 22 and records[16] >= 2 and records[22] & TRANSACTIONAL_FLAG:
+                return True
+    return False
+
+
+def _failed_everywhere(request: ProduceRequestData, code: int) -> ProduceResponseData:
+    return ProduceResponseData([
+        ProduceTopicResult(topic.name, topic.topic_id,
+                           [ProducePartitionResult(data.index, code) for data in topic.partitions])
+        for topic in request.topics
+    ])
 
 
 @dataclass(slots=True)

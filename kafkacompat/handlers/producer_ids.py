@@ -24,6 +24,7 @@ import logging
 from kafkacompat.controller.producer_ids import ProducerIdsExhaustedError
 from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
 
@@ -51,6 +52,8 @@ async def handle_init_producer_id(request, ctx: RequestContext):
         if (given_id == NO_PRODUCER_ID) != (given_epoch == NO_PRODUCER_EPOCH):
             return _init_response(ctx, ErrorCode.INVALID_REQUEST)
     if transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return _init_response(ctx, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if transactional_id == "":
             return _init_response(ctx, ErrorCode.INVALID_REQUEST)
         if transactional_id not in _warned_transactional_ids and len(_warned_transactional_ids) < 1000:
@@ -59,6 +62,9 @@ async def handle_init_producer_id(request, ctx: RequestContext):
                         "yet; answering COORDINATOR_NOT_AVAILABLE (idempotence without transactional.id works)",
                         ctx.client_id, transactional_id)
         return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    elif not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_denied=False)
+              or ctx.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)):
+        return _init_response(ctx, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = await ctx.producer_ids.generate()
     except (OSError, StoreError, ValueError) as error:
@@ -81,7 +87,12 @@ async def handle_describe_producers(request, ctx: RequestContext):
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
+            if not readable:
+                partitions.append(partition_cls(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                error_message=None, active_producers=[]))
+                continue
             partition = ctx.replicas.partition(topic.name, index)
             if partition is None:
                 partitions.append(partition_cls(

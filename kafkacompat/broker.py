@@ -60,7 +60,7 @@ class Broker:
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
         self.authorizer = self._authorizer()
-        self.quotas = ClientQuotaManager(config, self.admin.quota_store())
+        self.quotas = ClientQuotaManager(config, self.admin.quota_store)
         self._services = None
 
     def _authorizer(self) -> "Authorizer | None":
@@ -71,7 +71,9 @@ class Broker:
         from kafkacompat.controller.store import EmbeddedStore
         from kafkacompat.security.authorizer import Authorizer
 
-        store = self.store if self.store is not None else EmbeddedStore(self.registry.tree)
+        def store() -> "MetadataStore":   # the single node's tree exists once open() has loaded it
+            return self.store if self.store is not None else EmbeddedStore(self.registry.tree)
+
         super_users = [user.strip() for user in (self.config.super_users or "").split(";") if user.strip()]
         return Authorizer(store, super_users, self.config.allow_everyone_if_no_acl_found)
 

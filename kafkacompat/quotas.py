@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import trio
 
@@ -167,8 +167,8 @@ def _describe(key: tuple) -> str:
 class ClientQuotaManager:
     """The produce, fetch and request quota types, fed from the metadata store's quotas."""
 
-    def __init__(self, config: "BrokerConfig", store: "ClientQuotaStore") -> None:
-        self.store = store
+    def __init__(self, config: "BrokerConfig", store: "Callable[[], ClientQuotaStore]") -> None:
+        self.store = store   # called at each refresh: the single node's store exists once its data dir is open
         samples, window = config.quota_window_num, float(config.quota_window_size_seconds)
         self.types = {key: QuotaType(key, samples, window) for key in QUOTA_TYPES}
         self.produce, self.fetch, self.request = (self.types[k] for k in QUOTA_TYPES)
@@ -188,7 +188,7 @@ class ClientQuotaManager:
             self.types[key].set_quotas(quotas)
 
     async def refresh(self) -> None:
-        self.apply(await self.store.read_all())
+        self.apply(await self.store().read_all())
 
     def changed(self) -> None:
         """This broker altered quotas: re-read them now rather than at the next refresh."""

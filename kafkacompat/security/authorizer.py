@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import defaultdict
-from typing import Iterable
+from typing import Callable, Iterable
 
 import trio
 
@@ -104,13 +104,21 @@ def _entry_result(entry: AccessControlEntry, operation: AclOperation) -> Permiss
 
 
 class Authorizer:
-    def __init__(self, store: MetadataStore, super_users: Iterable[str], allow_if_no_acl: bool) -> None:
-        self.store = store
+    def __init__(self, store: Callable[[], MetadataStore], super_users: Iterable[str], allow_if_no_acl: bool) -> None:
+        self._store_factory = store
+        self._store: MetadataStore | None = None
         self.super_users = frozenset(super_users)
         self.allow_if_no_acl = allow_if_no_acl
         self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
         self._prefixed: dict[ResourceType, list[ResourcePattern]] = {}
         self._nudge = trio.Event()
+
+    @property
+    def store(self) -> MetadataStore:
+        """The metadata store, taken at first use (the single node's exists once its data dir is open)."""
+        if self._store is None:
+            self._store = self._store_factory()
+        return self._store
 
     # ---- decisions ----------------------------------------------------------------------------
 
@@ -245,11 +253,14 @@ class Authorizer:
                 acls[pattern] = frozenset(entries)
         self._set_cache(acls)
 
+    def _changed(self) -> None:
+        self._nudge.set()   # (the event is replaced after each wake-up: never register its bound method)
+
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Load the ACLs, then re-read them whenever a change notification arrives."""
         for path in CHANGE_PATHS.values():
             await self.store.ensure_path(path)
-            await self.store.watch(path, self._nudge.set, children=True)
+            await self.store.watch(path, self._changed, children=True)
         await self.load()
         log.info("Authorizer loaded %d ACL(s); super users: %s; allow.everyone.if.no.acl.found=%s",
                  sum(len(e) for e in self._acls.values()), ", ".join(sorted(self.super_users)) or "none",

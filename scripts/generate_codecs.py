@@ -59,7 +59,10 @@ DEFAULT_SPECS = [path for path in (
 DEFAULT_OUT = REPO / "kafkacompat" / "wire" / "messages"
 INFINITY = 32767
 
-# Kafka releases newer than the reference specs (4.1: KIP-1102, KIP-1023, KIP-1073).
+# What the specs given lack. Metadata 13, ListOffsets 11 and DescribeCluster 2 (Kafka 4.1: KIP-1102,
+# KIP-1023, KIP-1073) are newer than the 3.9-era copy; ShareFetchRequest v2's IsRenewAck (KIP-1222)
+# came after the stored 4.2-era spec (commit 08c855f, which has ShareAcquireMode only).
+# "append" adds fields at the end of a struct, "insert" after the named field.
 AMENDMENTS: dict[str, dict] = {
     "MetadataRequest": {"validVersions": "0-13"},
     "MetadataResponse": {"validVersions": "0-13", "append": {(): [
@@ -70,6 +73,8 @@ AMENDMENTS: dict[str, dict] = {
         {"name": "IncludeFencedBrokers", "type": "bool", "versions": "2+"}]}},
     "DescribeClusterResponse": {"validVersions": "0-2", "append": {("Brokers",): [
         {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
+    "ShareFetchRequest": {"insert": {(): [("ShareAcquireMode", {
+        "name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"})]}},
 }
 
 SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct
@@ -185,11 +190,21 @@ def amend(spec: dict) -> dict:
                              "drop its AMENDMENTS entry")
         spec["validVersions"] = change["validVersions"]
     for path, extra in change.get("append", {}).items():
-        fields = spec["fields"]
-        for name in path:
-            fields = next(f for f in fields if f["name"] == name)["fields"]
-        fields.extend(extra)
+        struct_fields(spec, path).extend(extra)
+    for path, extra in change.get("insert", {}).items():
+        fields = struct_fields(spec, path)
+        for after, new in extra:
+            if any(f["name"] == new["name"] for f in fields):
+                raise SystemExit(f"{spec['name']}: the specs already have {new['name']}; drop its AMENDMENTS entry")
+            fields.insert(next(i for i, f in enumerate(fields) if f["name"] == after) + 1, new)
     return spec
+
+
+def struct_fields(spec: dict, path: tuple[str, ...]) -> list[dict]:
+    fields = spec["fields"]
+    for name in path:
+        fields = next(f for f in fields if f["name"] == name)["fields"]
+    return fields
 
 
 # ---- merging the specs of several releases ----------------------------------------------------
@@ -259,6 +274,9 @@ def merge_fields(where: str, lists: list[list[dict] | None], specs: list[dict], 
             return {v for v in versions if by_spec[owner[v]] is not None
                     and v in version_set(by_spec[owner[v]].get(key), [v])}
 
+        if not owned("versions") and by_spec[-1] is None:
+            notes.append(f"{what}: dropped (only specs that own no version have it)")
+            continue
         top_field = by_spec[owner[top]]
         result = dict(newest)
         for key in ("versions", "nullableVersions", "taggedVersions"):
@@ -267,7 +285,7 @@ def merge_fields(where: str, lists: list[list[dict] | None], specs: list[dict], 
             open_ended = top_field is not None and (parse_versions(top_field.get(key)) or (0, 0))[1] == INFINITY
             text = set_text(owned(key), top, open_ended, f"{what} {key}")
             if key == "versions" and text == "none":
-                text = newest["versions"]  # present at no valid version: as the newest spec has it
+                text = newest["versions"]  # the newest spec's field at no valid version: as it has it
             if key != "versions" and text == "none":
                 result.pop(key, None)
             else:

@@ -85,7 +85,7 @@ APIS: dict[int, tuple[str, str, int, int, int | None]] = {
     71: ('GetTelemetrySubscriptions', 'get_telemetry_subscriptions', 0, 0, 0),
     72: ('PushTelemetry', 'push_telemetry', 0, 0, 0),
     73: ('AssignReplicasToDirs', 'assign_replicas_to_dirs', 0, 0, 0),
-    74: ('ListClientMetricsResources', 'list_client_metrics_resources', 0, 0, 0),
+    74: ('ListConfigResources', 'list_config_resources', 0, 1, 0),
     75: ('DescribeTopicPartitions', 'describe_topic_partitions', 0, 0, 0),
     76: ('ShareGroupHeartbeat', 'share_group_heartbeat', 0, 0, 0),
     77: ('ShareGroupDescribe', 'share_group_describe', 0, 0, 0),

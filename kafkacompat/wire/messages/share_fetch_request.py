@@ -20,7 +20,7 @@ _S1 = struct.Struct('>ii')
 _S2 = struct.Struct('>i')
 _S3 = struct.Struct('>iiii')
 _S4 = struct.Struct('>iiiiii')
-_S5 = struct.Struct('>iiiiiib')
+_S5 = struct.Struct('>iiiiiib?')
 _Ab = tuple(struct.Struct(f'>{n}b') for n in range(64))
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
@@ -62,6 +62,7 @@ class ShareFetchRequest:
     max_records: int = 0
     batch_size: int = 0
     share_acquire_mode: int = 0
+    is_renew_ack: bool = False
     topics: list[FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
 
@@ -283,6 +284,8 @@ def _e_ShareFetchRequest_0(m, buf):
         raise unsupported('ShareFetchRequest', 'BatchSize', '1+')
     if m.share_acquire_mode != 0:
         raise unsupported('ShareFetchRequest', 'ShareAcquireMode', '2+')
+    if m.is_renew_ack != False:
+        raise unsupported('ShareFetchRequest', 'IsRenewAck', '2+')
     s2 = m.group_id
     if s2 is None:
         buf += b'\x00'
@@ -369,12 +372,14 @@ def _d_ShareFetchRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, 0, f_topics, f_forgotten_topics_data), pos
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, 0, False, f_topics, f_forgotten_topics_data), pos
 
 
 def _e_ShareFetchRequest_1(m, buf):
     if m.share_acquire_mode != 0:
         raise unsupported('ShareFetchRequest', 'ShareAcquireMode', '2+')
+    if m.is_renew_ack != False:
+        raise unsupported('ShareFetchRequest', 'IsRenewAck', '2+')
     s2 = m.group_id
     if s2 is None:
         buf += b'\x00'
@@ -461,7 +466,7 @@ def _d_ShareFetchRequest_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, 0, f_topics, f_forgotten_topics_data), pos
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, 0, False, f_topics, f_forgotten_topics_data), pos
 
 
 def _e_ShareFetchRequest_2(m, buf):
@@ -487,7 +492,7 @@ def _e_ShareFetchRequest_2(m, buf):
         else:
             write_uvarint(buf, b3n)
         buf += b3
-    buf += _S5.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes, m.max_records, m.batch_size, m.share_acquire_mode)
+    buf += _S5.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes, m.max_records, m.batch_size, m.share_acquire_mode, m.is_renew_ack)
     a5 = m.topics
     n6 = len(a5)
     if n6 < 127:
@@ -526,8 +531,8 @@ def _d_ShareFetchRequest_2(data, pos):
         pos = end3
     else:
         f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, = _S5.unpack_from(data, pos)
-    pos += 25
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S5.unpack_from(data, pos)
+    pos += 26
     n5, pos = read_array_length(data, pos, True, False, 'Topics')
     if n5 < 0:
         f_topics = None
@@ -551,7 +556,7 @@ def _d_ShareFetchRequest_2(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_topics, f_forgotten_topics_data), pos
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, f_topics, f_forgotten_topics_data), pos
 
 
 _ENCODERS_ShareFetchRequest = {

@@ -87,7 +87,7 @@ APIS: dict[int, tuple[str, str, int, int, int | None]] = {
     73: ('AssignReplicasToDirs', 'assign_replicas_to_dirs', 0, 0, 0),
     74: ('ListConfigResources', 'list_config_resources', 0, 1, 0),
     75: ('DescribeTopicPartitions', 'describe_topic_partitions', 0, 0, 0),
-    76: ('ShareGroupHeartbeat', 'share_group_heartbeat', 0, 0, 0),
+    76: ('ShareGroupHeartbeat', 'share_group_heartbeat', 0, 1, 0),
     77: ('ShareGroupDescribe', 'share_group_describe', 0, 1, 0),
     78: ('ShareFetch', 'share_fetch', 0, 2, 0),
     79: ('ShareAcknowledge', 'share_acknowledge', 0, 2, 0),

@@ -23,6 +23,8 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.replication.manager import ReplicaManager
+from kafkacompat.controller.store import EmbeddedStore
+from kafkacompat.security.credentials import ScramCredentialStore
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -57,6 +59,9 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.credentials = ScramCredentialStore(self.store if self.store is not None
+                                                else EmbeddedStore(self.registry.tree))
+        self.bound_ports: dict[str, int] = {}
         self._services = None
 
     def _build_single_node(self) -> None:
@@ -66,7 +71,7 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.registry,
                                        lambda: self.metadata.brokers(), isr_client=None)
         self.metadata = LocalMetadata(self.identity, self.config, self.registry, self.replicas,
-                                      self.advertised_endpoint)
+                                      self.advertised_endpoint, self.advertised_endpoints)
         self.admin = LocalAdmin(self.config, self.registry, self.replicas)
         self.producer_ids = ProducerIdManager(self.node_id, FileBlockStore(self.data_dir))
 
@@ -78,7 +83,7 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, cache, lambda: dict(cache.brokers),
                                        isr_client=AlterPartitionClient(store, cache, self.node_id))
         self.cluster = ClusterMember(self.identity, self.config, store, cache, self.replicas,
-                                     self.advertised_endpoint)
+                                     self.advertised_endpoint, self.advertised_endpoints)
         self.metadata = ClusterMetadata(self.identity, cache)
         self.admin = ClusterAdmin(self.config, self.cluster)
         # Producer ids are unique across the cluster: blocks come from the store's
@@ -131,6 +136,14 @@ class Broker:
         host, port = self.config.advertised_endpoint()
         return host, self.config.advertised_port or self.port
 
+    def advertised_endpoints(self) -> tuple[tuple[str, str, int], ...]:
+        """(listener, host, port) of every served listener, as Metadata advertises them."""
+        endpoints = []
+        for listener in self.config.served_listeners:
+            bound = self.bound_ports.get(listener.name, listener.port)
+            endpoints.append((listener.name, *listener.advertised(bound)))
+        return tuple(endpoints)
+
     def partition(self, topic: str, index: int):
         return self.replicas.partition(topic, index)
 
@@ -140,7 +153,7 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir)
+                                      self.producer_ids, self.data_dir, credentials=self.credentials)
         return self._services
 
     async def dispatch(
@@ -160,15 +173,22 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly. The port is bound first (a
     cluster member registers its address), but nothing is accepted before the broker has joined
     its cluster: no request sees a broker that is half there."""
+    from kafkacompat.security.listeners import listener_security
     from kafkacompat.server import serve_listener
 
     broker.config.warn_about_settings_without_effect()
+    securities = [listener_security(broker.config, listener, broker.credentials.lookup)
+                  for listener in broker.config.served_listeners]
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
             accepting = trio.Event()
-            port = await nursery.start(partial(serve_listener, accepting=accepting), broker,
-                                       broker.config.host, broker.config.port)
+            for security in securities:
+                listener = security.listener
+                bound = await nursery.start(partial(serve_listener, accepting=accepting, security=security), broker,
+                                            listener.host, listener.port)
+                broker.bound_ports[listener.name] = bound
+            port = broker.bound_ports[broker.config.served_listeners[0].name]
             broker.port = port
             if broker.clustered:
                 await nursery.start(broker.join)
@@ -178,9 +198,12 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()
+            others = "".join(f", {name} ({security.listener.protocol}) on {security.listener.host}:{bound}"
+                             for security in securities[1:]
+                             for name, bound in [(security.listener.name, broker.bound_ports[security.listener.name])])
             log.info(
-                "kafkacompat broker %d listening on %s:%d (advertised as %s:%d), data in %s",
-                broker.node_id, broker.config.host, port, host, advertised_port, broker.data_dir.resolve(),
+                "kafkacompat broker %d listening on %s:%d (advertised as %s:%d)%s, data in %s",
+                broker.node_id, broker.config.host, port, host, advertised_port, others, broker.data_dir.resolve(),
             )
             task_status.started(port)
     finally:

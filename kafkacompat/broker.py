@@ -59,8 +59,8 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
-        self.credentials = ScramCredentialStore(self.store if self.store is not None
-                                                else EmbeddedStore(self.registry.tree))
+        self._embedded_store: "MetadataStore | None" = None
+        self.credentials = ScramCredentialStore(self._metadata_store)
         self.bound_ports: dict[str, int] = {}
         self._services = None
 
@@ -101,6 +101,14 @@ class Broker:
                 self.groups.offsets_topic_configs())
 
         return OffsetsTopicLog(self.replicas.topics, self.replicas, create=create)
+
+    def _metadata_store(self) -> "MetadataStore":
+        """ZooKeeper in a cluster; the single node's embedded store (its tree exists once open)."""
+        if self.store is not None:
+            return self.store
+        if self._embedded_store is None:
+            self._embedded_store = EmbeddedStore(self.registry.tree)
+        return self._embedded_store
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -173,12 +181,14 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly. The port is bound first (a
     cluster member registers its address), but nothing is accepted before the broker has joined
     its cluster: no request sees a broker that is half there."""
-    from kafkacompat.security.listeners import listener_security
+    from kafkacompat.security.listeners import inter_broker_credentials, listener_security
     from kafkacompat.server import serve_listener
 
     broker.config.warn_about_settings_without_effect()
     securities = [listener_security(broker.config, listener, broker.credentials.lookup)
                   for listener in broker.config.served_listeners]
+    if broker.clustered:
+        inter_broker_credentials(broker.config)  # a missing broker login fails the start, not each fetch
     broker.open()
     try:
         async with trio.open_nursery() as nursery:

@@ -367,6 +367,9 @@ class TlsConnection(Connection):
             with trio.fail_after(HANDSHAKE_TIMEOUT_SECONDS):
                 await self.stream.do_handshake()
             self.principal = certificate_principal(self.stream, self.security.principal_mapper)
+            if self.principal is not ANONYMOUS:
+                log.info("TLS client certificate of %s on listener %s: %s", self.describe(), self.listener_name,
+                         self.principal)
         except (trio.BrokenResourceError, trio.TooSlowError, trio.ClosedResourceError, OSError, ValueError) as exc:
             cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
             reason = "no handshake within %.0f s" % HANDSHAKE_TIMEOUT_SECONDS if isinstance(exc, trio.TooSlowError) \

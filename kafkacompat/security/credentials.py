@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kafkacompat.controller.client_quotas import USERS_PATH, desanitize, sanitize
 from kafkacompat.controller.store import BadVersionError, MetadataStore, NodeExistsError, encode_json
@@ -46,8 +47,12 @@ def _config_of(data: bytes | None) -> dict[str, str]:
 
 
 class ScramCredentialStore:
-    def __init__(self, store: MetadataStore) -> None:
-        self.store = store
+    def __init__(self, open_store: Callable[[], MetadataStore]) -> None:
+        self._open_store = open_store
+
+    @property
+    def store(self) -> MetadataStore:
+        return self._open_store()
 
     async def lookup(self, mechanism: str, username: str) -> ScramCredential | None:
         found = await self.store.get_or_none(f"{USERS_PATH}/{sanitize(username)}")

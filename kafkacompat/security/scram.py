@@ -149,8 +149,9 @@ class ScramServer:
         if not sep:
             raise ScramError("the client-final message has no proof")
         attributes = _attributes(without_proof)
-        if attributes.get("r") != self._nonce:
-            raise ScramError("the client-final message's nonce is not the server's")
+        # endswith, as Kafka: librdkafka before 2.2 sends the client nonce twice in front
+        if not attributes.get("r", "").endswith(self._nonce):
+            raise ScramError("invalid client nonce in the final client message")
         if attributes.get("c") != base64.b64encode(self._gs2_header.encode()).decode():
             raise ScramError("the channel binding differs from the client-first message's header")
         try:

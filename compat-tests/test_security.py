@@ -6,6 +6,7 @@ clients: confluent-kafka, kafka-python, aiokafka, kafkajs and kcat. Requests no 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import socket
@@ -19,6 +20,11 @@ import pytest
 
 from kafkacompat.testing.certs import CertificateAuthority
 from kafkacompat.testing.process import BrokerProcess, free_port
+
+pytest.register_assert_rewrite("clients")
+
+from clients import Msg  # noqa: E402
+from test_sarama import produce as sarama_produce, run_cli, sarama_cli  # noqa: E402,F401 (a fixture)
 
 JS = Path(__file__).parent / "js"
 PLAIN_USERS = {"alice": "alice-secret", "broker": "broker-secret"}
@@ -530,3 +536,21 @@ def test_a_garbage_tls_handshake_is_logged_and_closed(secure):
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             tls.sendall(_frame(_header(18, 0)))
             assert struct.unpack(">i", tls.recv(4))[0] > 0  # still serving
+
+
+# -- Sarama (Go): SASL/PLAIN with the v0 handshake and raw tokens -------------------------------------
+
+@pytest.mark.parametrize("listener", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_sarama(secure, sarama_cli, listener):  # noqa: F811 (the fixture)
+    extra = {}
+    if "SSL" in PROTOCOLS[listener]:
+        extra["tlsCa"] = str(secure.ca)
+    if "SASL" in PROTOCOLS[listener]:
+        extra.update(saslUser="alice", saslPassword="alice-secret")
+    topic = _topic("sarama")
+    sarama_produce(sarama_cli, None, topic, [Msg(b"from sarama")], bootstrap=secure.address(listener), **extra)
+    (result,) = run_cli(sarama_cli, "consume", {
+        "brokers": [secure.address(listener)], "version": "2.2.0", "topic": topic, "partition": 0, "offset": -2,
+        "count": 1, "timeoutMs": 20000, "fetchDefault": 0, **extra})
+    assert "error" not in result and result["errors"] == [], result
+    assert [base64.b64decode(m["value"]) for m in result["messages"]] == [b"from sarama"]

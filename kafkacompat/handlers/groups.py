@@ -82,7 +82,7 @@ async def _find_group_coordinator(ctx: RequestContext, key: str) -> tuple[int, i
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if state.leader == ctx.metadata.node_id and groups.loading:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
-    return ErrorCode.NONE, info.broker_id, info.host, info.port
+    return ErrorCode.NONE, info.broker_id, *info.address(ctx.listener_name)
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
@@ -97,7 +97,7 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int,
     me = ctx.metadata.brokers().get(ctx.metadata.node_id)
     if me is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, me.broker_id, me.host, me.port
+    return ErrorCode.NONE, me.broker_id, *me.address(ctx.listener_name)
 
 
 @handles(FIND_COORDINATOR, 0, 6)

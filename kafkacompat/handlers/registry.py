@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kafkacompat.quotas import ClientQuotaManager
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.security.authorizer import Authorizer
+    from kafkacompat.security.credentials import ScramCredentialStore
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
@@ -48,6 +49,7 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
     authorizer: "Authorizer | None" = None
     quotas: "ClientQuotaManager | None" = None
 
@@ -90,6 +92,11 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (what Metadata advertises back), None in-process."""
+        return self.connection.listener_name if self.connection is not None else None
 
     @property
     def principal(self) -> KafkaPrincipal:

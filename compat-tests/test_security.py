@@ -1,0 +1,556 @@
+"""TLS, mTLS and SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) against one real broker process
+with every kind of listener at once, with certificates made for the test (openssl) and real
+clients: confluent-kafka, kafka-python, aiokafka, kafkajs and kcat. Requests no client sends
+(before authentication, raw v0 tokens, wrong mechanisms) are written by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import socket
+import ssl
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kafkacompat.testing.certs import CertificateAuthority
+from kafkacompat.testing.process import BrokerProcess, free_port
+
+pytest.register_assert_rewrite("clients")
+
+from clients import Msg  # noqa: E402
+from test_sarama import produce as sarama_produce, run_cli, sarama_cli  # noqa: E402,F401 (a fixture)
+
+JS = Path(__file__).parent / "js"
+PLAIN_USERS = {"alice": "alice-secret", "broker": "broker-secret"}
+SCRAM_PASSWORD = "scram-secret"
+KEY_PASSWORD = "key-secret"
+
+# Kafka error codes
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+SASL_AUTHENTICATION_FAILED = 58
+RESOURCE_NOT_FOUND = 91
+UNACCEPTABLE_CREDENTIAL = 93
+
+
+class Secure:
+    """The broker and how to reach each listener."""
+
+    def __init__(self, broker: BrokerProcess, ports: dict[str, int], certs: Path, ca: Path, client, other_ca: Path):
+        self.broker, self.ports, self.certs, self.ca, self.client, self.other_ca = (
+            broker, ports, certs, ca, client, other_ca)
+
+    def address(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def confluent(self, listener: str, **extra) -> dict:
+        conf = {"bootstrap.servers": self.address(listener), "socket.timeout.ms": 10000}
+        protocol = PROTOCOLS[listener]
+        conf["security.protocol"] = protocol
+        if "SSL" in protocol:
+            conf["ssl.ca.location"] = str(self.ca)
+        if listener == "MTLS":
+            conf["ssl.certificate.location"] = str(self.client.cert)
+            conf["ssl.key.location"] = str(self.client.key)
+        conf.update(extra)
+        return conf
+
+
+PROTOCOLS = {"PLAINTEXT": "PLAINTEXT", "SSL": "SSL", "MTLS": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT",
+             "SASL_SSL": "SASL_SSL", "REAUTH": "SASL_PLAINTEXT"}
+
+
+def _jaas(users: dict[str, str]) -> str:
+    entries = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return f"org.apache.kafka.common.security.plain.PlainLoginModule required {entries};"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory) -> Secure:
+    base = tmp_path_factory.mktemp("security")
+    certs = base / "certs"
+    authority = CertificateAuthority(certs)
+    server = authority.issue("server", "/CN=localhost", server=True, key_password=KEY_PASSWORD)
+    client = authority.issue("client", "/C=US/O=Example/OU=Apps/CN=alice")
+    other = CertificateAuthority(base / "other", "untrusted CA")
+    ports = {name: free_port() for name in PROTOCOLS if name != "PLAINTEXT"}
+    listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
+    properties = base / "server.properties"
+    properties.write_text("\n".join([
+        f"listeners=PLAINTEXT://127.0.0.1:0,{listeners}",
+        "listener.security.protocol.map=" + ",".join(f"{n}:{p}" for n, p in PROTOCOLS.items()),
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={server.keystore()}",
+        f"ssl.key.password={KEY_PASSWORD}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={authority.cert}",
+        "listener.name.mtls.ssl.client.auth=required",
+        r"ssl.principal.mapping.rules=RULE:^CN=([^,]+),OU=Apps,.*$/app-$1/L,DEFAULT",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512",
+        f"sasl.jaas.config={_jaas(PLAIN_USERS)}",
+        "listener.name.reauth.sasl.enabled.mechanisms=PLAIN",
+        "listener.name.reauth.plain.connections.max.reauth.ms=1000",
+        "group.initial.rebalance.delay.ms=0",
+        "connection.failed.authentication.delay.ms=50",
+    ]) + "\n")
+    broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)])
+    broker.start()
+    ports["PLAINTEXT"] = broker.port
+    secure = Secure(broker, ports, certs, authority.cert, client, other.cert)
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    upserts = [UserScramCredentialUpsertion("alice", ScramCredentialInfo(mechanism, 8192), SCRAM_PASSWORD.encode())
+               for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)]
+    for future in admin.alter_user_scram_credentials(upserts).values():
+        future.result(10)
+    yield secure
+    broker.kill()
+
+
+def _topic(name: str) -> str:
+    return f"sec-{name}-{time.monotonic_ns() % 10**9}"
+
+
+def confluent_roundtrip(conf: dict, topic: str, count: int = 3) -> list[bytes]:
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer(conf)
+    for i in range(count):
+        producer.produce(topic, f"m{i}".encode() * 200)
+    assert producer.flush(20) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{topic}", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(values) < count and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    return values
+
+
+def logged(secure: Secure, text: str, timeout: float = 10) -> bool:
+    """Whether the broker logs ``text`` (its output is read by another thread: wait for it)."""
+    deadline = time.monotonic() + timeout
+    while text not in secure.broker.output():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# -- confluent-kafka (librdkafka) over every listener and mechanism -------------------------------
+
+@pytest.mark.parametrize("listener, mechanism, username, password", [
+    ("SSL", None, None, None),
+    ("MTLS", None, None, None),
+    ("SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret"),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-256", "alice", SCRAM_PASSWORD),
+    ("SASL_PLAINTEXT", "SCRAM-SHA-512", "alice", SCRAM_PASSWORD),
+    ("SASL_SSL", "PLAIN", "alice", "alice-secret"),
+    ("SASL_SSL", "SCRAM-SHA-512", "alice", SCRAM_PASSWORD),
+])
+def test_confluent_produces_and_consumes(secure, listener, mechanism, username, password):
+    extra = {"sasl.mechanism": mechanism, "sasl.username": username, "sasl.password": password} if mechanism else {}
+    topic = _topic(listener.lower())
+    values = confluent_roundtrip(secure.confluent(listener, **extra), topic)
+    assert values == [f"m{i}".encode() * 200 for i in range(3)]
+    if mechanism:
+        assert logged(secure, f"as User:alice with SASL mechanism {mechanism}")
+
+
+def test_metadata_advertises_the_listener_the_client_came_in_on(secure):
+    from confluent_kafka.admin import AdminClient
+
+    for listener in ("PLAINTEXT", "SSL", "SASL_SSL"):
+        extra = {"sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"} \
+            if listener == "SASL_SSL" else {}
+        brokers = AdminClient(secure.confluent(listener, **extra)).list_topics(timeout=10).brokers
+        assert [(b.host, b.port) for b in brokers.values()] == [("127.0.0.1", secure.ports[listener])]
+
+
+def test_mtls_principal_comes_from_the_certificate_through_the_mapping_rules(secure):
+    confluent_roundtrip(secure.confluent("MTLS"), _topic("mtls-principal"), count=1)
+    assert logged(secure, "on listener MTLS: User:app-alice")
+
+
+def test_oauthbearer_with_an_unsecured_token(secure):
+    conf = secure.confluent("SASL_PLAINTEXT", **{"sasl.mechanism": "OAUTHBEARER",
+                                                 "sasl.oauthbearer.config": "principal=oauth-user scope=test",
+                                                 "enable.sasl.oauthbearer.unsecure.jwt": True})
+    assert len(confluent_roundtrip(conf, _topic("oauth"), count=1)) == 1
+    assert logged(secure, "as User:oauth-user with SASL mechanism OAUTHBEARER")
+
+
+def _confluent_error(conf: dict) -> str:
+    from confluent_kafka import Producer
+
+    errors: list[str] = []
+    producer = Producer({**conf, "error_cb": lambda error: errors.append(str(error))})
+    producer.produce(_topic("refused"), b"x")
+    deadline = time.monotonic() + 20
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)
+    producer.purge()
+    return "\n".join(errors)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_wrong_password_and_unknown_user_get_the_same_answer(secure, mechanism):
+    wrong = _confluent_error(secure.confluent("SASL_PLAINTEXT", **{
+        "sasl.mechanism": mechanism, "sasl.username": "alice", "sasl.password": "not-it"}))
+    unknown = _confluent_error(secure.confluent("SASL_PLAINTEXT", **{
+        "sasl.mechanism": mechanism, "sasl.username": "nobody", "sasl.password": "not-it"}))
+    assert "Authentication failed" in wrong and "Authentication failed" in unknown
+    first_line = lambda text: text.splitlines()[0].split(": SASL authentication error: ")[1].split(" (after")[0]  # noqa: E731
+    assert first_line(wrong) == first_line(unknown)
+    assert logged(secure, f"(user 'nobody')")
+    output = secure.broker.output()
+    assert f"with SASL mechanism {mechanism}: invalid" in output and "from 127.0.0.1:" in output
+    assert "not-it" not in output
+
+
+def test_an_untrusted_ca_is_refused_and_logged(secure):
+    error = _confluent_error(secure.confluent("SSL", **{"ssl.ca.location": str(secure.other_ca)}))
+    assert "certificate verify failed" in error
+    # and a client certificate from another CA on the mTLS listener
+    other = CertificateAuthority(secure.certs.parent / "other-client", "other client CA").issue("c", "/CN=mallory")
+    error = _confluent_error(secure.confluent("MTLS", **{"ssl.certificate.location": str(other.cert),
+                                                         "ssl.key.location": str(other.key)}))
+    assert error
+    assert logged(secure, "on listener MTLS: TLS handshake failed")
+
+
+def test_mtls_without_a_client_certificate_is_refused(secure):
+    conf = secure.confluent("MTLS")
+    del conf["ssl.certificate.location"], conf["ssl.key.location"]
+    assert _confluent_error(conf)
+
+
+# -- other clients --------------------------------------------------------------------------------
+
+def test_kafka_python_over_scram_and_ssl(secure):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    for listener, extra in [
+        ("SASL_PLAINTEXT", {"sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "alice",
+                            "sasl_plain_password": SCRAM_PASSWORD}),
+        ("SASL_PLAINTEXT", {"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
+                            "sasl_plain_password": "alice-secret"}),
+        ("SSL", {"ssl_cafile": str(secure.ca)}),
+    ]:
+        topic = _topic("kafka-python")
+        conf = {"bootstrap_servers": secure.address(listener), "security_protocol": PROTOCOLS[listener], **extra}
+        producer = KafkaProducer(**conf)
+        producer.send(topic, b"kafka-python").get(20)
+        producer.close()
+        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
+        consumer.assign([TopicPartition(topic, 0)])
+        consumer.seek(TopicPartition(topic, 0), 0)
+        assert [record.value for record in consumer][:1] == [b"kafka-python"]
+        consumer.close()
+
+
+def test_aiokafka_over_sasl_ssl(secure):
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+    from aiokafka.helpers import create_ssl_context
+
+    async def main(mechanism: str, password: str) -> list[bytes]:
+        topic = _topic("aiokafka")
+        conf = dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
+                    ssl_context=create_ssl_context(cafile=str(secure.ca)), sasl_mechanism=mechanism,
+                    sasl_plain_username="alice", sasl_plain_password=password)
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"aiokafka")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**conf)
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            consumer.seek(TopicPartition(topic, 0), 0)
+            record = await asyncio.wait_for(consumer.getone(), 20)
+            return [record.value]
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(main("PLAIN", "alice-secret")) == [b"aiokafka"]
+    assert asyncio.run(main("SCRAM-SHA-512", SCRAM_PASSWORD)) == [b"aiokafka"]
+
+
+@pytest.mark.parametrize("listener, sasl", [
+    ("SSL", None),
+    ("SASL_PLAINTEXT", {"mechanism": "scram-sha-256", "username": "alice", "password": SCRAM_PASSWORD}),
+    ("SASL_SSL", {"mechanism": "plain", "username": "alice", "password": "alice-secret"}),
+    ("SASL_SSL", {"mechanism": "plain", "username": "alice", "password": "wrong"}),
+])
+def test_kafkajs(secure, listener, sasl):
+    assert (JS / "node_modules" / "kafkajs").is_dir(), f"run: cd {JS} && npm install --no-audit --no-fund"
+    options = {"ca": str(secure.ca) if "SSL" in PROTOCOLS[listener] else None, "sasl": sasl}
+    done = subprocess.run(["node", str(JS / "secure.js"), secure.address(listener), _topic("kafkajs"),
+                           json.dumps(options)], capture_output=True, text=True, timeout=90)
+    result = json.loads(done.stdout)
+    if sasl and sasl["password"] == "wrong":
+        assert result["error"] == "KafkaJSSASLAuthenticationError"
+        assert "Authentication failed: Invalid username or password" in result["message"]
+    else:
+        assert result == {"values": ["one", "two"]}, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("listener, options", [
+    ("MTLS", ["-X", "security.protocol=ssl"]),
+    ("SASL_SSL", ["-X", "security.protocol=sasl_ssl", "-X", "sasl.mechanisms=SCRAM-SHA-512",
+                  "-X", "sasl.username=alice", "-X", f"sasl.password={SCRAM_PASSWORD}"]),
+])
+def test_kcat(secure, listener, options):
+    topic = _topic("kcat")
+    tls = ["-X", f"ssl.ca.location={secure.ca}"]
+    if listener == "MTLS":
+        tls += ["-X", f"ssl.certificate.location={secure.client.cert}", "-X", f"ssl.key.location={secure.client.key}"]
+    common = ["kcat", "-b", secure.address(listener), *options, *tls]
+    done = subprocess.run([*common, "-P", "-t", topic, "-p", "0"], input="from kcat\n", text=True, capture_output=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+    out = subprocess.run([*common, "-C", "-t", topic, "-p", "0", "-e", "-o", "beginning"], capture_output=True,
+                         text=True, check=True, timeout=30).stdout
+    assert out.splitlines()[0] == "from kcat"
+
+
+# -- SCRAM credentials ------------------------------------------------------------------------------
+
+def test_scram_credentials_are_described_and_validated(secure):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                       UserScramCredentialDeletion, UserScramCredentialUpsertion)
+
+    admin = AdminClient({"bootstrap.servers": secure.broker.bootstrap})
+    described = {user: future.result(10) for user, future in admin.describe_user_scram_credentials(["alice"]).items()}
+    assert sorted((i.mechanism, i.iterations) for i in described["alice"].scram_credential_infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 8192)]
+    with pytest.raises(KafkaException) as unknown:
+        admin.describe_user_scram_credentials(["nobody"])["nobody"].result(10)
+    assert unknown.value.args[0].code() == RESOURCE_NOT_FOUND
+    too_few = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 100), b"pw")])["bob"]
+    with pytest.raises(KafkaException) as caught:
+        too_few.result(10)
+    assert caught.value.args[0].code() == UNACCEPTABLE_CREDENTIAL and "Too few iterations" in str(caught.value)
+    missing = admin.alter_user_scram_credentials([UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_256)])
+    with pytest.raises(KafkaException) as caught:
+        missing["bob"].result(10)
+    assert caught.value.args[0].code() == RESOURCE_NOT_FOUND
+    # a user created, logging in, then deleted and refused
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-pw")])["carol"].result(10)
+    conf = secure.confluent("SASL_PLAINTEXT", **{"sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "carol",
+                                                 "sasl.password": "carol-pw"})
+    assert len(confluent_roundtrip(conf, _topic("carol"), count=1)) == 1
+    admin.alter_user_scram_credentials([UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)])[
+        "carol"].result(10)
+    assert "Authentication failed" in _confluent_error(conf)
+
+
+def test_scram_credentials_are_stored_in_kafkas_format(secure):
+    raw = (secure.broker.data_dir / "metadata-store.json").read_text()
+    assert "/config/users/alice" in raw
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        assert re.search(mechanism + r'\\?":\s*\\?"salt=[^,]+,stored_key=[^,]+,server_key=[^,]+,iterations=8192', raw)
+
+
+# -- requests no client sends ------------------------------------------------------------------------
+
+def _header(api_key: int, version: int, correlation_id: int = 1) -> bytes:
+    client = b"raw-tests"
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client)) + client
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def _string(text: str) -> bytes:
+    return struct.pack(">h", len(text)) + text.encode()
+
+
+class Raw:
+    def __init__(self, address: str) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=10)
+
+    def send(self, payload: bytes) -> None:
+        self.sock.sendall(_frame(payload))
+
+    def receive(self) -> bytes:
+        size = struct.unpack(">i", self._exactly(4))[0]
+        return self._exactly(size)
+
+    def _exactly(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def closed(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def handshake(self, mechanism: str, version: int = 1) -> tuple[int, list[str]]:
+        self.send(_header(17, version) + _string(mechanism))
+        body = self.receive()[4:]
+        error, count = struct.unpack_from(">hi", body)
+        position, mechanisms = 6, []
+        for _ in range(count):
+            (length,) = struct.unpack_from(">h", body, position)
+            mechanisms.append(body[position + 2:position + 2 + length].decode())
+            position += 2 + length
+        return error, mechanisms
+
+    def authenticate(self, token: bytes, version: int = 1) -> tuple[int, str | None, bytes, int]:
+        self.send(_header(36, version) + struct.pack(">i", len(token)) + token)
+        body = self.receive()[4:]
+        (error, length) = struct.unpack_from(">hh", body)
+        message = body[4:4 + length].decode() if length >= 0 else None
+        position = 4 + max(length, 0)
+        (size,) = struct.unpack_from(">i", body, position)
+        auth = body[position + 4:position + 4 + size]
+        lifetime = struct.unpack_from(">q", body, position + 4 + size)[0] if version >= 1 else 0
+        return error, message, auth, lifetime
+
+    def metadata(self) -> bytes:
+        self.send(_header(3, 1) + struct.pack(">i", -1))
+        return self.receive()
+
+
+def test_a_request_before_authentication_closes_the_connection(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.send(_header(3, 1) + struct.pack(">i", -1))
+    assert raw.closed()
+    assert logged(secure, "Unexpected Kafka request of type Metadata during SASL handshake")
+
+
+def test_an_unsupported_mechanism_is_refused_with_the_enabled_ones(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    assert raw.handshake("GSSAPI") == (UNSUPPORTED_SASL_MECHANISM,
+                                       ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"])
+    assert raw.closed()
+
+
+def test_v0_handshake_then_raw_plain_token(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    assert raw.handshake("PLAIN", version=0)[0] == 0
+    raw.sock.sendall(_frame(b"\x00alice\x00alice-secret"))
+    assert raw.receive() == b""
+    assert raw.metadata()[:4] == struct.pack(">i", 1)
+    wrong = Raw(secure.address("SASL_PLAINTEXT"))
+    assert wrong.handshake("PLAIN", version=0)[0] == 0
+    wrong.sock.sendall(_frame(b"\x00alice\x00nope"))
+    assert wrong.closed()
+
+
+def test_sasl_requests_on_a_listener_without_sasl_are_illegal(secure):
+    raw = Raw(secure.address("PLAINTEXT"))
+    assert raw.handshake("PLAIN")[0] == ILLEGAL_SASL_STATE
+    assert raw.authenticate(b"\x00alice\x00alice-secret")[0] == ILLEGAL_SASL_STATE
+
+
+def test_authenticate_twice_is_illegal_and_a_wrong_request_in_authenticate_state_closes(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.handshake("PLAIN")
+    assert raw.authenticate(b"\x00alice\x00alice-secret")[0] == 0
+    assert raw.authenticate(b"\x00alice\x00alice-secret")[:2] == (
+        ILLEGAL_SASL_STATE, "SaslAuthenticate request received after successful authentication")
+    waiting = Raw(secure.address("SASL_PLAINTEXT"))
+    waiting.handshake("PLAIN")
+    waiting.send(_header(3, 1) + struct.pack(">i", -1))
+    assert waiting.closed()
+
+
+def test_failed_authentication_message_does_not_tell_unknown_users_apart(secure):
+    answers = []
+    for token in (b"\x00alice\x00wrong", b"\x00nobody\x00wrong"):
+        raw = Raw(secure.address("SASL_PLAINTEXT"))
+        raw.handshake("PLAIN")
+        answers.append(raw.authenticate(token)[:3])
+        assert raw.closed()
+    assert answers[0] == answers[1] == (SASL_AUTHENTICATION_FAILED,
+                                        "Authentication failed: Invalid username or password", b"")
+
+
+def test_session_lifetime_and_reauthentication(secure):
+    raw = Raw(secure.address("REAUTH"))
+    raw.handshake("PLAIN")
+    assert raw.authenticate(b"\x00alice\x00alice-secret")[::3] == (0, 1000)
+    time.sleep(1.1)  # the session runs out: re-authenticating keeps the connection
+    assert raw.handshake("PLAIN")[0] == 0
+    assert raw.authenticate(b"\x00alice\x00alice-secret")[0] == 0
+    assert raw.metadata()[:4] == struct.pack(">i", 1)
+    expired = Raw(secure.address("REAUTH"))
+    expired.handshake("PLAIN")
+    expired.authenticate(b"\x00alice\x00alice-secret")
+    time.sleep(1.1)
+    expired.send(_header(3, 1) + struct.pack(">i", -1))
+    assert expired.closed()
+    assert logged(secure, "its SASL session expired")
+    # a re-authentication may not change the principal
+    switching = Raw(secure.address("REAUTH"))
+    switching.handshake("PLAIN")
+    switching.authenticate(b"\x00alice\x00alice-secret")
+    switching.handshake("PLAIN")
+    assert switching.authenticate(b"\x00broker\x00broker-secret")[0] == SASL_AUTHENTICATION_FAILED
+
+
+def test_a_garbage_tls_handshake_is_logged_and_closed(secure):
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
+        sock.sendall(b"\x16\x03\x01\x00\x10" + b"not a client hello" * 3)
+        try:
+            assert sock.recv(4096) in (b"",) or sock.recv(4096) == b""
+        except ConnectionResetError:
+            pass
+    assert logged(secure, "on listener SSL: TLS handshake failed")
+    # plaintext Kafka on the TLS port, too
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
+        sock.sendall(_frame(_header(18, 0)))
+        try:
+            while sock.recv(4096):
+                pass
+        except ConnectionResetError:
+            pass
+    context = ssl.create_default_context(cafile=str(secure.ca))
+    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
+        with context.wrap_socket(sock, server_hostname="localhost") as tls:
+            tls.sendall(_frame(_header(18, 0)))
+            assert struct.unpack(">i", tls.recv(4))[0] > 0  # still serving
+
+
+# -- Sarama (Go): SASL/PLAIN with the v0 handshake and raw tokens -------------------------------------
+
+@pytest.mark.parametrize("listener", ["SSL", "SASL_PLAINTEXT", "SASL_SSL"])
+def test_sarama(secure, sarama_cli, listener):  # noqa: F811 (the fixture)
+    extra = {}
+    if "SSL" in PROTOCOLS[listener]:
+        extra["tlsCa"] = str(secure.ca)
+    if "SASL" in PROTOCOLS[listener]:
+        extra.update(saslUser="alice", saslPassword="alice-secret")
+    topic = _topic("sarama")
+    sarama_produce(sarama_cli, None, topic, [Msg(b"from sarama")], bootstrap=secure.address(listener), **extra)
+    (result,) = run_cli(sarama_cli, "consume", {
+        "brokers": [secure.address(listener)], "version": "2.2.0", "topic": topic, "partition": 0, "offset": -2,
+        "count": 1, "timeoutMs": 20000, "fetchDefault": 0, **extra})
+    assert "error" not in result and result["errors"] == [], result
+    assert [base64.b64decode(m["value"]) for m in result["messages"]] == [b"from sarama"]

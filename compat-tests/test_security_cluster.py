@@ -1,0 +1,115 @@
+"""A 2-broker ZooKeeper cluster whose brokers replicate over a SASL_SSL inter-broker listener
+(inter.broker.listener.name=INTERNAL, PLAIN), while clients use a PLAINTEXT one and a SCRAM
+SASL_PLAINTEXT one: an acks=all write with min.insync.replicas=2 succeeds only once the follower
+fetched it through TLS and SASL, and SCRAM credentials created through one broker log in at the
+other (they live in ZooKeeper's /config/users)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cluster import ZooKeeperCluster
+from kafkacompat.testing.certs import CertificateAuthority
+from kafkacompat.testing.process import free_port
+
+BROKER_PASSWORD = "inter-broker-secret"
+
+
+class SecureCluster(ZooKeeperCluster):
+    def __init__(self, tmp_path, certs_dir) -> None:
+        super().__init__(tmp_path, brokers=2)
+        authority = CertificateAuthority(certs_dir)
+        self.keystore = authority.issue("server", "/CN=localhost", server=True).keystore()
+        self.ca = authority.cert
+        self.ports = {b: {"INTERNAL": free_port(), "SCRAM": free_port()} for b in range(2)}
+
+    def broker_args(self, broker_id: int) -> list[str]:
+        ports = self.ports[broker_id]
+        jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="broker" password="{BROKER_PASSWORD}" user_broker="{BROKER_PASSWORD}";')
+        settings = {
+            "listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{ports['INTERNAL']},"
+                         f"SCRAM://127.0.0.1:{ports['SCRAM']}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL,SCRAM:SASL_PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.internal.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.internal.plain.sasl.jaas.config": jaas,
+            "listener.name.scram.sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca),
+            "min.insync.replicas": "2",
+        }
+        args = super().broker_args(broker_id)
+        for key, value in settings.items():
+            args += ["--set", f"{key}={value}"]
+        return args
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(tmp_path_factory):
+    base = tmp_path_factory.mktemp("secure-cluster")
+    with SecureCluster(base, base / "certs") as cluster:
+        cluster.wait_until_every_broker_sees(2)
+        yield cluster
+
+
+def _logged(proc, text: str, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while text not in proc.output():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_replication_goes_through_the_sasl_ssl_inter_broker_listener(secure_cluster):
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": secure_cluster.bootstrap})
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(20)
+    producer = Producer({"bootstrap.servers": secure_cluster.bootstrap, "acks": "all"})
+    delivered = []
+    for i in range(5):
+        producer.produce("replicated", f"r{i}".encode(), on_delivery=lambda err, msg: delivered.append(err))
+    assert producer.flush(30) == 0
+    assert delivered == [None] * 5
+    leader = secure_cluster.metadata(topic="replicated").topics["replicated"].partitions[0].leader
+    follower = 1 - leader
+    assert _logged(secure_cluster.brokers[leader], f"as User:broker with SASL mechanism PLAIN")
+    assert f"127.0.0.1:{secure_cluster.ports[leader]['INTERNAL']}" in secure_cluster.brokers[follower].output()
+    # the follower's copy is whole: read it from the follower once the leader is gone
+    secure_cluster.brokers[leader].kill()
+    consumer = Consumer({"bootstrap.servers": secure_cluster.brokers[follower].bootstrap, "group.id": "g",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("replicated", 0, 0)])
+    values = []
+    deadline = time.monotonic() + 30
+    while len(values) < 5 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+    consumer.close()
+    assert values == [f"r{i}".encode() for i in range(5)]
+    secure_cluster.start_broker(leader)
+    secure_cluster.wait_until_every_broker_sees(2)
+
+
+def test_scram_credentials_created_on_one_broker_log_in_at_the_other(secure_cluster):
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    admin = AdminClient({"bootstrap.servers": secure_cluster.brokers[0].bootstrap})
+    upsert = UserScramCredentialUpsertion("dana", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"dana-pw")
+    admin.alter_user_scram_credentials([upsert])["dana"].result(10)
+    producer = Producer({"bootstrap.servers": f"127.0.0.1:{secure_cluster.ports[1]['SCRAM']}",
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
+                         "sasl.username": "dana", "sasl.password": "dana-pw", "acks": 1})
+    producer.produce("scram-cluster", b"x")
+    assert producer.flush(30) == 0
+    assert _logged(secure_cluster.brokers[1], "as User:dana with SASL mechanism SCRAM-SHA-256")

@@ -1,0 +1,170 @@
+"""The authorizer with several users (SASL/PLAIN on a SASL_PLAINTEXT listener) and
+allow.everyone.if.no.acl.found=false, as production clusters run it: a super user administers,
+each user may do only what its ACLs allow, and a PLAINTEXT client (User:ANONYMOUS) nothing.
+Per-user quotas resolve by principal name."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from kafkacompat.testing.process import BrokerProcess, free_port
+
+USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
+TIMEOUT = 15
+TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
+
+
+class Cluster:
+    def __init__(self, broker: BrokerProcess, sasl_port: int) -> None:
+        self.broker, self.sasl_port = broker, sasl_port
+        self.admins: dict[str | None, AdminClient] = {}   # kept: a destroyed client fails its futures
+
+    def conf(self, user: str | None, **extra) -> dict:
+        if user is None:
+            return {"bootstrap.servers": self.broker.bootstrap, **extra}
+        return {"bootstrap.servers": f"127.0.0.1:{self.sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": USERS[user], **extra}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Cluster:
+    base = tmp_path_factory.mktemp("authorizer-sasl")
+    port = free_port()
+    users = " ".join(f'user_{name}="{password}"' for name, password in USERS.items())
+    properties = base / "server.properties"
+    properties.write_text("\n".join([
+        f"listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:{port}",
+        "sasl.enabled.mechanisms=PLAIN",
+        f"sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+        "super.users=User:admin",
+        "allow.everyone.if.no.acl.found=false",
+        "group.initial.rebalance.delay.ms=0",
+    ]) + "\n")
+    broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)]).start()
+    yield Cluster(broker, port)
+    broker.kill()
+
+
+def acl(resource_type, name, user, operation, pattern=ResourcePatternType.LITERAL, permission=AclPermissionType.ALLOW):
+    return AclBinding(resource_type, name, pattern, f"User:{user}", "*", operation, permission)
+
+
+def admin(cluster: Cluster, user: str | None = "admin") -> AdminClient:
+    if user not in cluster.admins:
+        cluster.admins[user] = AdminClient(cluster.conf(user))
+    return cluster.admins[user]
+
+
+def create_acls(cluster: Cluster, *bindings, user: str = "admin") -> None:
+    for future in admin(cluster, user).create_acls(list(bindings), request_timeout=TIMEOUT).values():
+        future.result(timeout=TIMEOUT)
+
+
+def produce_error(conf: dict, topic: str) -> int | None:
+    producer = Producer({**conf, "message.timeout.ms": 5000})
+    outcome = []
+    try:
+        producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    except KafkaException as exc:
+        return exc.args[0].code()
+    producer.flush(TIMEOUT)
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def idempotent_produce_error(conf: dict, topic: str) -> int | None:
+    """An idempotent producer's first message: a refused InitProducerId is a fatal error, which
+    flush raises (no delivery callback: confluent-kafka cannot run one after a fatal error)."""
+    producer = Producer({**conf, "message.timeout.ms": 5000, "enable.idempotence": True})
+    try:
+        producer.produce(topic, b"v")
+        remaining = producer.flush(TIMEOUT)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    assert remaining == 0
+    return None
+
+
+def consume_error(conf: dict, topic: str, group: str) -> int | None:
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                return None
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                return msg.error().code()
+        raise AssertionError("the consumer got neither a message nor an error")
+    finally:
+        consumer.close()
+
+
+def test_each_user_may_do_what_its_acls_allow(cluster):
+    topic = "orders"
+    admin(cluster).create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=TIMEOUT)
+    assert produce_error(cluster.conf("admin"), topic) is None   # a super user needs no ACL
+
+    alice, bob = cluster.conf("alice"), cluster.conf("bob")
+    assert produce_error(alice, topic) == TOPIC_AUTHORIZATION_FAILED   # nothing without an ACL
+    create_acls(cluster, acl(ResourceType.TOPIC, topic, "alice", AclOperation.WRITE))
+    assert produce_error(alice, topic) is None
+    # Idempotence: InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
+    assert idempotent_produce_error(alice, topic) is None
+    # bob may see the topic, but write nowhere: his InitProducerId is refused.
+    create_acls(cluster, acl(ResourceType.TOPIC, topic, "bob", AclOperation.DESCRIBE))
+    assert idempotent_produce_error(bob, topic) == CLUSTER_AUTHORIZATION_FAILED
+
+    create_acls(cluster, acl(ResourceType.TOPIC, "ord", "bob", AclOperation.READ, ResourcePatternType.PREFIXED))
+    assert consume_error(bob, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED
+    create_acls(cluster, acl(ResourceType.GROUP, "bob-", "bob", AclOperation.READ, ResourcePatternType.PREFIXED))
+    assert consume_error(bob, topic, "bob-app") is None
+    assert consume_error(alice, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED   # bob's group, not hers
+    create_acls(cluster, acl(ResourceType.GROUP, "alice-app", "alice", AclOperation.READ))
+    assert consume_error(alice, topic, "alice-app") == TOPIC_AUTHORIZATION_FAILED   # WRITE does not imply READ
+
+    # The ACL APIs need ALTER / DESCRIBE on the cluster: only the super user has them.
+    (future,) = admin(cluster, "bob").create_acls([acl(ResourceType.TOPIC, topic, "bob", AclOperation.ALL)]).values()
+    with pytest.raises(KafkaException) as raised:
+        future.result(timeout=TIMEOUT)
+    assert raised.value.args[0].code() == CLUSTER_AUTHORIZATION_FAILED
+    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                  AclPermissionType.ANY)
+    assert len(admin(cluster).describe_acls(everything).result(timeout=TIMEOUT)) == 5
+
+    # A PLAINTEXT client is User:ANONYMOUS: it has no ACL, so it may do nothing, nor see the topic.
+    assert produce_error(cluster.conf(None), topic) == TOPIC_AUTHORIZATION_FAILED
+    listed = admin(cluster, None).list_topics(timeout=TIMEOUT).topics
+    assert topic not in listed
+
+
+def test_a_deny_for_one_user_leaves_the_others(cluster):
+    topic = "payments"
+    admin(cluster).create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=TIMEOUT)
+    create_acls(cluster, acl(ResourceType.TOPIC, "*", "*", AclOperation.WRITE),
+                acl(ResourceType.TOPIC, topic, "bob", AclOperation.WRITE, permission=AclPermissionType.DENY))
+    try:
+        assert produce_error(cluster.conf("alice"), topic) is None   # User:* on the wildcard topic
+        assert produce_error(cluster.conf("bob"), topic) == TOPIC_AUTHORIZATION_FAILED
+    finally:
+        (future,) = admin(cluster).delete_acls([AclBindingFilter(
+            ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.WRITE,
+            AclPermissionType.ANY)]).values()
+        assert len(future.result(timeout=TIMEOUT)) >= 2
+    assert produce_error(cluster.conf("bob"), "orders") == TOPIC_AUTHORIZATION_FAILED

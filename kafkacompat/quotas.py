@@ -88,7 +88,7 @@ class Rate:
         full_windows = int(elapsed / self.window)
         if full_windows < self.samples - 1:
             elapsed += (self.samples - 1 - full_windows) * self.window
-        return elapsed
+        return max(elapsed, 0.001)   # Kafka's 1 ms floor: one sample, at its very start, spans nothing
 
     def measure(self, now: float) -> float:
         return sum(self.values) / self.span(now)

@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -27,7 +27,9 @@ from confluent_kafka.admin import (
 )
 
 pytest.register_assert_rewrite("clients", "cluster")
-from clients import RawConnection, admin, init_producer_id, request_class, response_class  # noqa: E402
+from clients import (  # noqa: E402
+    RawConnection, admin, first_consume_error, first_produce_error, init_producer_id, request_class, response_class,
+)
 from cluster import ZooKeeperCluster  # noqa: E402
 
 from kafkacompat.testing.process import BrokerProcess  # noqa: E402
@@ -86,38 +88,13 @@ def create_topic(broker, topic: str, partitions: int = 1, replication_factor: in
     admin(broker).create_topics([NewTopic(topic, partitions, replication_factor)])[topic].result(timeout=TIMEOUT)
 
 
-def produce_error(broker, topic: str, **config) -> int | None:
-    """The error of one message produced by a new producer (None: acknowledged)."""
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "message.timeout.ms": 5000, **config})
-    outcome = []
-    try:
-        producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
-    except KafkaException as exc:
-        return exc.args[0].code()
-    producer.flush(TIMEOUT)
-    assert len(outcome) == 1
-    return None if outcome[0] is None else outcome[0].code()
+def produce_error(broker, topic: str) -> int | None:
+    return first_produce_error({"bootstrap.servers": broker.bootstrap}, topic)
 
 
 def consume_error(broker, topic: str, group: str | None = None) -> int | None:
-    """The first error a new consumer in a group (a new one by default) meets reading the topic
-    (None: it got a message)."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group or name("g"),
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is None:
-                return None
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                return msg.error().code()
-        raise AssertionError(f"the consumer of {topic} got neither a message nor an error")
-    finally:
-        consumer.close()
+    """A new consumer in a group (a new one by default): its first error, None for a message."""
+    return first_consume_error({"bootstrap.servers": broker.bootstrap}, topic, group or name("g"))
 
 
 def metadata_topics(broker, topics: list[str] | None, version: int = 12):

@@ -5,10 +5,9 @@ Per-user quotas resolve by principal name."""
 
 from __future__ import annotations
 
-import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -21,6 +20,9 @@ from confluent_kafka.admin import (
 )
 
 from kafkacompat.testing.process import BrokerProcess, free_port
+
+pytest.register_assert_rewrite("clients")
+from clients import first_consume_error, first_produce_error  # noqa: E402
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 TIMEOUT = 15
@@ -74,17 +76,6 @@ def create_acls(cluster: Cluster, *bindings, user: str = "admin") -> None:
         future.result(timeout=TIMEOUT)
 
 
-def produce_error(conf: dict, topic: str) -> int | None:
-    producer = Producer({**conf, "message.timeout.ms": 5000})
-    outcome = []
-    try:
-        producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
-    except KafkaException as exc:
-        return exc.args[0].code()
-    producer.flush(TIMEOUT)
-    return None if outcome[0] is None else outcome[0].code()
-
-
 def idempotent_produce_error(conf: dict, topic: str) -> int | None:
     """An idempotent producer's first message: a refused InitProducerId is a fatal error, which
     flush raises (no delivery callback: confluent-kafka cannot run one after a fatal error)."""
@@ -98,33 +89,15 @@ def idempotent_produce_error(conf: dict, topic: str) -> int | None:
     return None
 
 
-def consume_error(conf: dict, topic: str, group: str) -> int | None:
-    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + TIMEOUT
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() is None:
-                return None
-            if msg.error().code() != KafkaError._PARTITION_EOF:
-                return msg.error().code()
-        raise AssertionError("the consumer got neither a message nor an error")
-    finally:
-        consumer.close()
-
-
 def test_each_user_may_do_what_its_acls_allow(cluster):
     topic = "orders"
     admin(cluster).create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=TIMEOUT)
-    assert produce_error(cluster.conf("admin"), topic) is None   # a super user needs no ACL
+    assert first_produce_error(cluster.conf("admin"), topic) is None   # a super user needs no ACL
 
     alice, bob = cluster.conf("alice"), cluster.conf("bob")
-    assert produce_error(alice, topic) == TOPIC_AUTHORIZATION_FAILED   # nothing without an ACL
+    assert first_produce_error(alice, topic) == TOPIC_AUTHORIZATION_FAILED   # nothing without an ACL
     create_acls(cluster, acl(ResourceType.TOPIC, topic, "alice", AclOperation.WRITE))
-    assert produce_error(alice, topic) is None
+    assert first_produce_error(alice, topic) is None
     # Idempotence: InitProducerId needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic.
     assert idempotent_produce_error(alice, topic) is None
     # bob may see the topic, but write nowhere: his InitProducerId is refused.
@@ -132,12 +105,12 @@ def test_each_user_may_do_what_its_acls_allow(cluster):
     assert idempotent_produce_error(bob, topic) == CLUSTER_AUTHORIZATION_FAILED
 
     create_acls(cluster, acl(ResourceType.TOPIC, "ord", "bob", AclOperation.READ, ResourcePatternType.PREFIXED))
-    assert consume_error(bob, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED
+    assert first_consume_error(bob, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED
     create_acls(cluster, acl(ResourceType.GROUP, "bob-", "bob", AclOperation.READ, ResourcePatternType.PREFIXED))
-    assert consume_error(bob, topic, "bob-app") is None
-    assert consume_error(alice, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED   # bob's group, not hers
+    assert first_consume_error(bob, topic, "bob-app") is None
+    assert first_consume_error(alice, topic, "bob-app") == GROUP_AUTHORIZATION_FAILED   # bob's group, not hers
     create_acls(cluster, acl(ResourceType.GROUP, "alice-app", "alice", AclOperation.READ))
-    assert consume_error(alice, topic, "alice-app") == TOPIC_AUTHORIZATION_FAILED   # WRITE does not imply READ
+    assert first_consume_error(alice, topic, "alice-app") == TOPIC_AUTHORIZATION_FAILED   # WRITE does not imply READ
 
     # The ACL APIs need ALTER / DESCRIBE on the cluster: only the super user has them.
     (future,) = admin(cluster, "bob").create_acls([acl(ResourceType.TOPIC, topic, "bob", AclOperation.ALL)]).values()
@@ -149,7 +122,7 @@ def test_each_user_may_do_what_its_acls_allow(cluster):
     assert len(admin(cluster).describe_acls(everything).result(timeout=TIMEOUT)) == 5
 
     # A PLAINTEXT client is User:ANONYMOUS: it has no ACL, so it may do nothing, nor see the topic.
-    assert produce_error(cluster.conf(None), topic) == TOPIC_AUTHORIZATION_FAILED
+    assert first_produce_error(cluster.conf(None), topic) == TOPIC_AUTHORIZATION_FAILED
     listed = admin(cluster, None).list_topics(timeout=TIMEOUT).topics
     assert topic not in listed
 
@@ -160,11 +133,11 @@ def test_a_deny_for_one_user_leaves_the_others(cluster):
     create_acls(cluster, acl(ResourceType.TOPIC, "*", "*", AclOperation.WRITE),
                 acl(ResourceType.TOPIC, topic, "bob", AclOperation.WRITE, permission=AclPermissionType.DENY))
     try:
-        assert produce_error(cluster.conf("alice"), topic) is None   # User:* on the wildcard topic
-        assert produce_error(cluster.conf("bob"), topic) == TOPIC_AUTHORIZATION_FAILED
+        assert first_produce_error(cluster.conf("alice"), topic) is None   # User:* on the wildcard topic
+        assert first_produce_error(cluster.conf("bob"), topic) == TOPIC_AUTHORIZATION_FAILED
     finally:
         (future,) = admin(cluster).delete_acls([AclBindingFilter(
             ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None, AclOperation.WRITE,
             AclPermissionType.ANY)]).values()
         assert len(future.result(timeout=TIMEOUT)) >= 2
-    assert produce_error(cluster.conf("bob"), "orders") == TOPIC_AUTHORIZATION_FAILED
+    assert first_produce_error(cluster.conf("bob"), "orders") == TOPIC_AUTHORIZATION_FAILED

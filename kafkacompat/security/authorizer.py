@@ -103,6 +103,17 @@ def _entry_result(entry: AccessControlEntry, operation: AclOperation) -> Permiss
     return entry.permission
 
 
+def _results(entries: Iterable[AccessControlEntry], principal: str, host: str,
+             operation: AclOperation) -> Iterable[Permission]:
+    """What each entry says about the operation for this principal (or ``User:*``) and host."""
+    for entry in entries:
+        if entry.principal not in (principal, WILDCARD_PRINCIPAL) or (entry.host != WILDCARD and entry.host != host):
+            continue
+        result = _entry_result(entry, operation)
+        if result is not None:
+            yield result
+
+
 class Authorizer:
     def __init__(self, store: Callable[[], MetadataStore], super_users: Iterable[str], allow_if_no_acl: bool) -> None:
         self._store_factory = store
@@ -137,14 +148,10 @@ class Authorizer:
         principal_text = str(principal)
         if principal_text in self.super_users:
             return True
-        principals = (principal_text, WILDCARD_PRINCIPAL)
         has_acls = allowed = False
         for entries in self._entries_for(resource_type, name):
             has_acls = True
-            for entry in entries:
-                if entry.principal not in principals or (entry.host != WILDCARD and entry.host != host):
-                    continue
-                result = _entry_result(entry, operation)
+            for result in _results(entries, principal_text, host, operation):
                 if result == Permission.DENY:
                     self._audit_denied(principal_text, host, operation, resource_type, name, request, log_denied)
                     return False
@@ -172,17 +179,13 @@ class Authorizer:
         ``*`` or on a prefix of it); with no ACL of that type at all, allow.everyone.if.no.acl.found."""
         if str(principal) in self.super_users:
             return True
-        principals = (str(principal), WILDCARD_PRINCIPAL)
         allows, denies = [], []
         has_acls = False
         for pattern, entries in self._acls.items():
             if pattern.resource_type != resource_type:
                 continue
             has_acls = True
-            for entry in entries:
-                if entry.principal not in principals or (entry.host != WILDCARD and entry.host != host):
-                    continue
-                result = _entry_result(entry, operation)
+            for result in _results(entries, str(principal), host, operation):
                 if result == Permission.ALLOW:
                     allows.append(pattern)
                 elif result == Permission.DENY:

@@ -39,7 +39,7 @@ AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ME, OTHER = "User:ANONYMOUS", "User:alice"
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-METADATA, DESCRIBE_CLUSTER, CREATE_ACLS = 3, 60, 30
+METADATA, DESCRIBE_CLUSTER, CREATE_ACLS, LIST_OFFSETS = 3, 60, 30, 2
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
 INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
@@ -386,3 +386,49 @@ def test_an_acl_created_on_one_broker_is_enforced_by_every_broker(tmp_path):
         for broker in brokers:
             await_condition(lambda b=broker: metadata_topics(b, [topic])[topic][0] == TOPIC_AUTHORIZATION_FAILED,
                             f"broker {broker.broker_id} to apply the revocation")
+
+
+def list_offsets_error(broker, topic: str) -> int:
+    cls = request_class(LIST_OFFSETS)
+    wanted = cls.ListOffsetsTopic(name=topic, partitions=[
+        cls.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, timestamp=-1)])
+    with RawConnection(broker.bootstrap) as conn:
+        response = conn.call(cls(replica_id=-1, isolation_level=0, topics=[wanted]), response_class(LIST_OFFSETS), 7)
+    return response.topics[0].partitions[0].error_code
+
+
+def test_admin_operations_on_a_closed_topic(broker):
+    """DescribeConfigs, AlterConfigs, CreatePartitions, ListOffsets, OffsetCommit and DeleteTopics each check the operation Kafka checks, with Kafka's code."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+
+    topic, group = name(), name("g")
+    create_topic(broker, topic)
+    client = admin(broker)
+    create_acls(broker, acl(ResourceType.TOPIC, topic, OTHER, AclOperation.ALL))
+
+    def code_of(future) -> int:
+        with pytest.raises(KafkaException) as raised:
+            future.result(timeout=TIMEOUT)
+        return raised.value.args[0].code()
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert code_of(client.describe_configs([resource])[resource]) == TOPIC_AUTHORIZATION_FAILED
+    altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    assert code_of(client.incremental_alter_configs([altered])[altered]) == TOPIC_AUTHORIZATION_FAILED
+    assert code_of(client.create_partitions([NewPartitions(topic, 2)])[topic]) == TOPIC_AUTHORIZATION_FAILED
+    assert list_offsets_error(broker, topic) == TOPIC_AUTHORIZATION_FAILED
+    (committed,) = client.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 0)])]).values()
+    assert committed.result(timeout=TIMEOUT).topic_partitions[0].error.code() == TOPIC_AUTHORIZATION_FAILED
+    assert code_of(client.delete_topics([topic])[topic]) == TOPIC_AUTHORIZATION_FAILED
+
+    create_acls(broker, acl(ResourceType.TOPIC, topic, ME, AclOperation.ALL))
+    assert client.describe_configs([resource])[resource].result(timeout=TIMEOUT)["retention.ms"] is not None
+    assert list_offsets_error(broker, topic) == 0
+    client.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=TIMEOUT)
+    client.delete_topics([topic])[topic].result(timeout=TIMEOUT)
+    # Unknown to a client that may not delete it: TOPIC_AUTHORIZATION_FAILED before existence.
+    create_acls(broker, acl(ResourceType.TOPIC, "gone-", OTHER, AclOperation.ALL, pattern=PREFIXED))
+    assert code_of(client.delete_topics(["gone-never-was"])["gone-never-was"]) == TOPIC_AUTHORIZATION_FAILED

@@ -39,7 +39,7 @@ AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ME, OTHER = "User:ANONYMOUS", "User:alice"
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
-METADATA, DESCRIBE_CLUSTER, CREATE_ACLS, LIST_OFFSETS = 3, 60, 30, 2
+METADATA, DESCRIBE_CLUSTER, CREATE_ACLS, LIST_OFFSETS, CREATE_TOPICS = 3, 60, 30, 2, 19
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
 INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
@@ -245,7 +245,14 @@ def test_cluster_operations_create_topics_and_the_acl_apis(broker):
         # CREATE on the topic itself is enough too.
         own = name("own")
         create_acls(broker, acl(ResourceType.TOPIC, own, ME, AclOperation.CREATE))
-        create_topic(broker, own)
+        cls = request_class(CREATE_TOPICS)
+        with RawConnection(broker.bootstrap) as conn:
+            (created,) = conn.call(cls(topics=[cls.CreatableTopic(name=own, num_partitions=1, replication_factor=1,
+                                                                  assignments=[], configs=[])], timeout_ms=10000),
+                                   response_class(CREATE_TOPICS), 7).topics
+        # Created, but without DESCRIBE_CONFIGS on it the answer leaves out its configs and layout.
+        assert (created.error_code, created.topic_config_error_code, created.num_partitions, created.configs) == (
+            0, TOPIC_AUTHORIZATION_FAILED, -1, [])
     finally:
         delete_acls(broker, matching(ResourceType.TOPIC, "*", LITERAL, OTHER))
         delete_acls(broker, matching(ResourceType.BROKER))

@@ -161,6 +161,11 @@ def _plan_topic(ctx: RequestContext, topic) -> TopicPlan:
 
 
 def _created_result(ctx: RequestContext, topic_cls, name: str, topic_id: uuid.UUID | None, plan: TopicPlan):
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denied=False):
+        # Kafka leaves out the configs and the layout of a topic the client may not describe.
+        return topic_cls(name=name, topic_id=topic_id or ZERO_UUID, error_code=ErrorCode.NONE, error_message=None,
+                         num_partitions=-1, replication_factor=-1, configs=[],
+                         topic_config_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if ctx.version >= 5 else 0)
     config_cls = topic_cls.CreatableTopicConfigs
     configs = [
         config_cls(name=entry.name, value=entry.value, read_only=entry.read_only,

@@ -29,7 +29,7 @@ import typing
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generate_codecs import DEFAULT_SPECS, KIO_SPECS, load_spec, snake_case  # noqa: E402
+from generate_codecs import DEFAULT_SPECS, KIO_SPECS, load_spec, merged_order, snake_case  # noqa: E402
 
 import kio.schema  # noqa: E402
 from kio.static.constants import EntityType  # noqa: E402
@@ -176,24 +176,13 @@ def reference_nested(field_json: dict | None, spec: dict | None) -> list[dict]:
     return next((s["fields"] for s in spec.get("commonStructs", []) if s["name"] == element), [])
 
 
-def merged_order(per_version: dict[int, list[str]]) -> list[str]:
-    """Field names in the newest version's order, older-only ones after their predecessor."""
-    order: list[str] = []
-    for version in sorted(per_version, reverse=True):
-        previous = None
-        for name in per_version[version]:
-            if name not in order:
-                order.insert(order.index(previous) + 1 if previous is not None else 0, name)
-            previous = name
-    return order
-
-
 def fold(where: str, classes: dict[int, type], top: int, reference: list[dict], ref_spec: dict | None,
          notes: list[str]) -> list[dict]:
     """One struct level: ``classes`` maps each version where the struct exists to kio's class."""
     by_version = {v: {f.attr: f for f in kio_fields(cls)} for v, cls in classes.items()}
     renamed = RENAMED.get(classes[max(classes)].__name__, {})
-    order = merged_order({v: list(fields) for v, fields in by_version.items()})
+    # the newest version's order, older-only fields after their predecessor
+    order = merged_order([[{"name": attr} for attr in by_version[v]] for v in sorted(by_version)])
     # the 3.9 fields in the 3.9 order (the generated classes' field order stays), kio's others
     # after their predecessor
     newest = {attr: by_version[max(v for v in by_version if attr in by_version[v])][attr] for attr in order}

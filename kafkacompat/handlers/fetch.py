@@ -1,8 +1,9 @@
 """Fetch: whole batches from the log as file regions (sent with sendfile), long-poll woken by new
 data, Kafka's byte limits (KIP-74: the first batch goes out even when it is larger).
 
-Sessionless: a client asking for a new fetch session gets session id 0 ("none created") and
-keeps sending full requests, which every client supports.
+Fetch sessions (KIP-227, kafkacompat/fetch_sessions.py): a v7+ fetch opens, continues or closes
+a session; an incremental one reads every partition of its session and answers only those with
+something new.
 
 Fetch v0-3 (old consumers) read the same batches, then get them down-converted to the legacy
 message format their version can carry (magic 0 for v0-1, magic 1 for v2-3; wire/downconvert.py),
@@ -75,16 +76,31 @@ def _encode(response: FetchResponseData, version: int):
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
     if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
         return await _handle_old_fetch(request, ctx)
-    if request.session_id != 0:
-        return FetchResponseData([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    session = ctx.fetch_sessions.new_context(ctx.version, request, _topic_name(ctx))
+    if session.error:
+        return FetchResponseData([], session.error)
+    request.topics = session.topics
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
-            response = FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
-            return await _within_quota(request, ctx, response, total_bytes)
+            throttle_ms = _over_quota(request, ctx, total_bytes)
+            if throttle_ms:
+                _close_records(topics)
+                error, session_id = session.throttled()
+                await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+                return FetchResponseData([], error, session_id, throttle_time_ms=throttle_ms)
+            error, session_id, topics = session.respond(topics)
+            return FetchResponseData(topics, error, session_id, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
         _close_records(topics)
+
+
+def _topic_name(ctx: RequestContext):
+    def name(topic_id) -> str | None:
+        topic = ctx.metadata.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
+    return name
 
 
 async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
@@ -94,29 +110,26 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     while True:
         topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
-            return await _within_quota(request, ctx, FetchResponseData(topics), total_bytes)
+            throttle_ms = _over_quota(request, ctx, total_bytes)
+            if throttle_ms:
+                _close_records(topics)
+                await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+                return FetchResponseData([], throttle_time_ms=throttle_ms)
+            return FetchResponseData(topics)
         _close_records(topics)
         await _wait_for_data(partitions, deadline)
 
 
-async def _within_quota(request: FetchRequestData, ctx: RequestContext, response: FetchResponseData,
-                        total_bytes: int) -> FetchResponseData:
-    """A consumer's consumer_byte_rate quota (followers are not throttled by it): over it, the
-    fetch is answered empty, with the throttle time, and its bytes are not counted (Kafka's
-    handleFetchRequest)."""
+def _over_quota(request: FetchRequestData, ctx: RequestContext, total_bytes: int) -> int:
+    """A consumer's consumer_byte_rate quota (followers are not throttled by it): the throttle
+    time when these bytes take it over, and then they are not counted, as the fetch is answered
+    empty (Kafka's handleFetchRequest)."""
     if request.replica_id >= 0:
-        return response
+        return 0
     throttle_ms = ctx.record_fetch_bytes(total_bytes)
-    if throttle_ms <= 0:
-        return response
-    ctx.unrecord_fetch_bytes(total_bytes)
-    _close_records(response.topics)
-    for topic in response.topics:
-        for result in topic.partitions:
-            result.records, result.records_size = [], 0
-    response.throttle_time_ms = throttle_ms
-    await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
-    return response
+    if throttle_ms > 0:
+        ctx.unrecord_fetch_bytes(total_bytes)
+    return throttle_ms
 
 
 def _denied(ctx: RequestContext, request: FetchRequestData, name: str | None) -> bool:

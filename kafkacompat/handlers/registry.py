@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.producer_ids import ProducerIdManager
+    from kafkacompat.fetch_sessions import FetchSessionCache
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.quotas import ClientQuotaManager
     from kafkacompat.replication.manager import ReplicaManager
@@ -49,6 +50,7 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    fetch_sessions: "FetchSessionCache"
     credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
     authorizer: "Authorizer | None" = None
     quotas: "ClientQuotaManager | None" = None
@@ -84,6 +86,10 @@ class RequestContext:
     @property
     def producer_ids(self) -> "ProducerIdManager":
         return self.services.producer_ids
+
+    @property
+    def fetch_sessions(self) -> "FetchSessionCache":
+        return self.services.fetch_sessions
 
     @property
     def version(self) -> int:

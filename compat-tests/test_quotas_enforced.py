@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 pytest.register_assert_rewrite("clients")
-from clients import admin  # noqa: E402
+from clients import RawConnection, admin, frame, request_class, request_header, response_class  # noqa: E402
 
 from kafkacompat.testing.process import BrokerProcess  # noqa: E402
 
@@ -31,6 +31,7 @@ TOTAL = 2_400_000        # bytes of record values per run (about 12 s at the quo
 VALUE = b"x" * 1000
 STEADY_FROM = 0.25       # the measured span starts once this share of the bytes went through
 TIMEOUT = 60
+METADATA = 3
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +60,10 @@ def steady_rate(events: list[tuple[float, int]]) -> float:
             / sum((t - mean_t) ** 2 for t, _ in points))
 
 
-def set_quota(broker, client_id: str, key: str) -> None:
-    assert alter_quotas(broker, [([("client-id", client_id)], [(key, float(QUOTA))])]) == {
+def set_quota(broker, client_id: str, key: str, value: float = QUOTA) -> None:
+    assert alter_quotas(broker, [([("client-id", client_id)], [(key, float(value))])]) == {
         frozenset({("client-id", client_id)}): (0, None)}
-    assert quotas(broker)[frozenset({("client-id", client_id)})] == {key: float(QUOTA)}
+    assert quotas(broker)[frozenset({("client-id", client_id)})] == {key: float(value)}
 
 
 def create_topic(broker, topic: str) -> None:
@@ -168,3 +169,28 @@ def test_a_client_without_a_quota_is_not_throttled(broker):
     stats: list[str] = []
     produce(broker, topic, "free-producer", stats)
     assert all(b["throttle"]["max"] == 0 for s in stats for b in json.loads(s)["brokers"].values())
+
+
+def metadata_throttle_times(broker, client_id: str, count: int) -> list[int]:
+    """throttle_time_ms of up to ``count`` Metadata v12 requests (every topic) sent one after
+    another, until the first throttled one."""
+    cls = request_class(METADATA)
+    body = bytes(cls(topics=None, allow_auto_topic_creation=False,
+                     include_topic_authorized_operations=False).encode(version=12))
+    throttles = []
+    with RawConnection(broker.bootstrap) as conn:
+        for correlation_id in range(count):
+            conn.send(frame(request_header(METADATA, 12, correlation_id, flexible=True, client_id=client_id) + body))
+            throttles.append(conn.read_response(response_class(METADATA), 12, correlation_id).throttle_time_ms)
+            if throttles[-1]:
+                break
+    return throttles
+
+
+def test_request_percentage_throttles_a_busy_client(broker):
+    """KIP-124: 0.01 % of a thread is 100 us of handler time a second; a client sending Metadata
+    requests back to back goes over it and is told to back off (at most one window, 1000 ms)."""
+    set_quota(broker, "busy", "request_percentage", 0.01)
+    throttles = metadata_throttle_times(broker, "busy", 20)
+    assert 0 < throttles[-1] <= 1000
+    assert metadata_throttle_times(broker, "idle", 20) == [0] * 20

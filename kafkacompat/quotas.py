@@ -23,14 +23,18 @@ time has passed (KIP-219); a client too old to honour throttle_time_ms (Produce 
 other APIs before their KIP-219 version) gets its response only after the throttle time, as Kafka.
 A throttled Fetch is answered empty and its bytes are not counted, as Kafka's.
 
-Not yet: ``request_percentage`` is stored and resolved but not measured (Kafka counts the
-request-handler thread time of a client's requests; a Trio handler's CPU time between its
-suspensions is not measured here yet).
+``request_percentage`` (KIP-124) is the share of one thread a client's requests use: Kafka counts
+each request's time on a request-handler thread; here it is the time the event loop spends running
+the request's handler, its task steps between suspensions (a long-polling Fetch or an acks=all
+Produce counts only while it runs, as Kafka's purgatory time does not count), measured by a Trio
+instrument (``RequestTimer``) installed only while some request quota exists. The throttle time
+of a request quota is at most one window (ClientRequestQuotaManager).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -103,10 +107,11 @@ def _name(entries: dict, kind: str):
 class QuotaType:
     """One quota type's configured quotas and its clients' sensors (Kafka's ClientQuotaManager)."""
 
-    def __init__(self, key: str, samples: int, window: float) -> None:
+    def __init__(self, key: str, samples: int, window: float, max_throttle_ms: int | None = None) -> None:
         self.key = key
         self.samples = samples
         self.window = window
+        self.max_throttle_ms = max_throttle_ms
         self.quotas: dict[tuple, float] = {}
         self.sensors: dict[tuple[str, str], Rate] = {}
 
@@ -142,7 +147,8 @@ class QuotaType:
         observed = rate.measure(now)
         if observed <= bound:
             return 0
-        return round((observed - bound) / bound * rate.span(now) * 1000)
+        throttle_ms = round((observed - bound) / bound * rate.span(now) * 1000)
+        return throttle_ms if self.max_throttle_ms is None else min(throttle_ms, self.max_throttle_ms)
 
     def unrecord(self, user: str, client_id: str, value: float, now: float) -> None:
         resolved = self.resolve(user, client_id)
@@ -164,14 +170,45 @@ def _describe(key: tuple) -> str:
     return ",".join(parts)
 
 
+class RequestTimer(trio.abc.Instrument):
+    """Adds up the time each timed task runs (its steps between suspensions): what a request's
+    handler costs the event loop, as Kafka's request-handler thread time."""
+
+    def __init__(self) -> None:
+        self.running: dict[trio.lowlevel.Task, float] = {}   # the timed tasks' time so far
+        self._step_start = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.running:
+            self._step_start = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.running:
+            self.running[task] += time.perf_counter() - self._step_start
+
+    def start(self) -> trio.lowlevel.Task:
+        """Time the current task from here on (called inside its step: that step counts from now;
+        one task runs at a time, so the step start is this task's)."""
+        task = trio.lowlevel.current_task()
+        self.running[task] = 0.0
+        self._step_start = time.perf_counter()
+        return task
+
+    def stop(self, task: trio.lowlevel.Task) -> float:
+        """The seconds the task ran since ``start`` (called inside its step, which counts so far)."""
+        return self.running.pop(task, 0.0) + time.perf_counter() - self._step_start
+
+
 class ClientQuotaManager:
     """The produce, fetch and request quota types, fed from the metadata store's quotas."""
 
     def __init__(self, config: "BrokerConfig", store: "Callable[[], ClientQuotaStore]") -> None:
         self.store = store   # called at each refresh: the single node's store exists once its data dir is open
         samples, window = config.quota_window_num, float(config.quota_window_size_seconds)
-        self.types = {key: QuotaType(key, samples, window) for key in QUOTA_TYPES}
+        self.types = {key: QuotaType(key, samples, window, max_throttle_ms=round(window * 1000) if key == REQUEST
+                                     else None) for key in QUOTA_TYPES}
         self.produce, self.fetch, self.request = (self.types[k] for k in QUOTA_TYPES)
+        self.timer: RequestTimer | None = None   # installed while a request_percentage quota exists
         self._nudge = trio.Event()
 
     def apply(self, stored: dict[QuotaEntity, dict[str, float]]) -> None:
@@ -186,6 +223,15 @@ class ClientQuotaManager:
                     by_type[quota_key][key] = value
         for key, quotas in by_type.items():
             self.types[key].set_quotas(quotas)
+        self._time_requests(bool(by_type[REQUEST]))
+
+    def _time_requests(self, wanted: bool) -> None:
+        if wanted and self.timer is None:
+            self.timer = RequestTimer()
+            trio.lowlevel.add_instrument(self.timer)
+        elif not wanted and self.timer is not None:
+            trio.lowlevel.remove_instrument(self.timer)
+            self.timer = None
 
     async def refresh(self) -> None:
         self.apply(await self.store().read_all())

@@ -148,6 +148,13 @@ class RequestContext:
             return 0
         return quotas.fetch.record(self.principal.name, self.client_id or "", count, trio.current_time())
 
+    def record_request_time(self, seconds: float) -> int:
+        """The handler's time, as Kafka's percentage units (100 = one thread for a second)."""
+        quotas = self.services.quotas
+        if quotas is None:
+            return 0
+        return quotas.request.record(self.principal.name, self.client_id or "", seconds * 100, trio.current_time())
+
     def unrecord_fetch_bytes(self, count: int) -> None:
         if self.services.quotas is not None:
             self.services.quotas.fetch.unrecord(self.principal.name, self.client_id or "", count, trio.current_time())

@@ -247,9 +247,10 @@ class ClientQuotaManager:
             try:
                 await self.refresh()
                 warned = False
-            except StoreError as exc:
+            except Exception as exc:   # a store outage, or a bug: the quotas stay as they were
                 if not warned:
-                    log.warning("Could not read the client quotas from the metadata store (%s); retrying", exc)
+                    log.warning("Could not read the client quotas from the metadata store (%s); retrying", exc,
+                                exc_info=not isinstance(exc, StoreError))
                     warned = True
             now = trio.current_time()
             for quota_type in self.types.values():

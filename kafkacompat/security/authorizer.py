@@ -260,11 +260,10 @@ class Authorizer:
         self._nudge.set()   # (the event is replaced after each wake-up: never register its bound method)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Load the ACLs, then re-read them whenever a change notification arrives."""
-        for path in CHANGE_PATHS.values():
-            await self.store.ensure_path(path)
-            await self.store.watch(path, self._changed, children=True)
-        await self.load()
+        """Load the ACLs (retried while the store is unreachable: nothing is authorized before),
+        then re-read them whenever a change notification arrives. A failure is logged and
+        retried, never ending the broker."""
+        await self._watch_and_load()
         log.info("Authorizer loaded %d ACL(s); super users: %s; allow.everyone.if.no.acl.found=%s",
                  sum(len(e) for e in self._acls.values()), ", ".join(sorted(self.super_users)) or "none",
                  str(self.allow_if_no_acl).lower())
@@ -275,10 +274,27 @@ class Authorizer:
             try:
                 await self.load()
                 await self._purge_notifications()
-            except StoreError as exc:
-                log.warning("Could not re-read the ACLs from the metadata store (%s); retrying", exc)
+            except Exception as exc:   # a store outage, or a bug: the cache stays as it was
+                log.warning("Could not re-read the ACLs from the metadata store (%s); retrying", exc,
+                            exc_info=not isinstance(exc, StoreError))
                 await trio.sleep(RETRY_SECONDS)
                 self._nudge.set()
+
+    async def _watch_and_load(self) -> None:
+        warned = False
+        while True:
+            try:
+                for path in CHANGE_PATHS.values():
+                    await self.store.ensure_path(path)
+                    await self.store.watch(path, self._changed, children=True)
+                await self.load()
+                return
+            except StoreError as exc:
+                if not warned:
+                    log.warning("Could not load the ACLs from the metadata store (%s); retrying every %.1f s, "
+                                "no request is served until they are loaded", exc, RETRY_SECONDS)
+                    warned = True
+                await trio.sleep(RETRY_SECONDS)
 
     async def _purge_notifications(self) -> None:
         for path in CHANGE_PATHS.values():

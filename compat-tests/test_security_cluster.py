@@ -58,15 +58,6 @@ def secure_cluster(tmp_path_factory):
         yield cluster
 
 
-def _logged(proc, text: str, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while text not in proc.output():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_replication_goes_through_the_sasl_ssl_inter_broker_listener(secure_cluster):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -81,7 +72,7 @@ def test_replication_goes_through_the_sasl_ssl_inter_broker_listener(secure_clus
     assert delivered == [None] * 5
     leader = secure_cluster.metadata(topic="replicated").topics["replicated"].partitions[0].leader
     follower = 1 - leader
-    assert _logged(secure_cluster.brokers[leader], f"as User:broker with SASL mechanism PLAIN")
+    secure_cluster.brokers[leader].wait_for_output("as User:broker with SASL mechanism PLAIN")
     assert f"127.0.0.1:{secure_cluster.ports[leader]['INTERNAL']}" in secure_cluster.brokers[follower].output()
     # the follower's copy is whole: read it from the follower once the leader is gone
     secure_cluster.brokers[leader].kill()
@@ -112,4 +103,4 @@ def test_scram_credentials_created_on_one_broker_log_in_at_the_other(secure_clus
                          "sasl.username": "dana", "sasl.password": "dana-pw", "acks": 1})
     producer.produce("scram-cluster", b"x")
     assert producer.flush(30) == 0
-    assert _logged(secure_cluster.brokers[1], "as User:dana with SASL mechanism SCRAM-SHA-256")
+    secure_cluster.brokers[1].wait_for_output("as User:dana with SASL mechanism SCRAM-SHA-256")

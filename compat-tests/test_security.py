@@ -434,6 +434,13 @@ def test_a_request_before_authentication_closes_the_connection(secure):
     secure.broker.wait_for_output("Unexpected Kafka request of type Metadata during SASL handshake")
 
 
+def test_a_large_frame_before_authentication_closes_the_connection(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.sock.sendall(struct.pack(">i", 600_000) + b"\x00" * 1024)  # above sasl.server.max.receive.size
+    assert raw.closed()
+    secure.broker.wait_for_output("request size 600000 is outside 0..524288 (sasl.server.max.receive.size")
+
+
 def test_an_unsupported_mechanism_is_refused_with_the_enabled_ones(secure):
     raw = Raw(secure.address("SASL_PLAINTEXT"))
     assert raw.handshake("GSSAPI") == (UNSUPPORTED_SASL_MECHANISM,

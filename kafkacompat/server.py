@@ -163,9 +163,15 @@ class Connection:
         self.authenticator: SaslAuthenticator | None = None
         if security is not None and security.sasl is not None:
             self.authenticator = SaslAuthenticator(security.sasl, self.describe, self._authenticated)
+            # Before authentication a frame is at most sasl.server.max.receive.size (as Kafka):
+            # an anonymous client cannot make the broker buffer socket.request.max.bytes.
+            self.decoder.max_frame_bytes = min(security.sasl.max_receive_size, self.decoder.max_frame_bytes)
+            self.decoder.limit_name = "sasl.server.max.receive.size, before authentication"
 
     def _authenticated(self, principal: KafkaPrincipal) -> None:
         self.principal = principal
+        self.decoder.max_frame_bytes = self.broker.config.socket_request_max_bytes
+        self.decoder.limit_name = "socket.request.max.bytes"
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""

@@ -99,6 +99,7 @@ def secure(tmp_path_factory) -> Secure:
         "listener.name.reauth.plain.connections.max.reauth.ms=1000",
         "group.initial.rebalance.delay.ms=0",
         "connection.failed.authentication.delay.ms=50",
+        "delegation.token.secret.key=token-signing-secret",
     ]) + "\n")
     broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)])
     broker.start()
@@ -533,6 +534,122 @@ def test_a_garbage_tls_handshake_is_logged_and_closed(secure):
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             tls.sendall(_frame(_header(18, 0)))
             assert struct.unpack(">i", tls.recv(4))[0] > 0  # still serving
+
+
+# -- delegation tokens (no client library sends these here: written by hand) --------------------------
+
+DELEGATION_TOKEN_NOT_FOUND = 62
+DELEGATION_TOKEN_OWNER_MISMATCH = 63
+DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+INVALID_PRINCIPAL_TYPE = 67
+
+
+def _bytes(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.position = data, 0
+
+    def take(self, fmt: str):
+        values = struct.unpack_from(fmt, self.data, self.position)
+        self.position += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string(self) -> str:
+        length = self.take(">h")
+        text = self.data[self.position:self.position + length].decode()
+        self.position += length
+        return text
+
+    def blob(self) -> bytes:
+        length = self.take(">i")
+        data = self.data[self.position:self.position + length]
+        self.position += length
+        return data
+
+
+def create_token(raw: Raw, renewers=(), max_lifetime_ms: int = -1) -> tuple[int, str, str, bytes]:
+    body = struct.pack(">i", len(renewers)) + b"".join(_string(t) + _string(n) for t, n in renewers)
+    raw.send(_header(38, 1) + body + struct.pack(">q", max_lifetime_ms))
+    reader = _Reader(raw.receive()[4:])
+    error = reader.take(">h")
+    owner = f"{reader.string()}:{reader.string()}"
+    reader.take(">qqq")
+    return error, owner, reader.string(), reader.blob()
+
+
+def change_token(raw: Raw, api_key: int, token_hmac: bytes, period_ms: int) -> tuple[int, int]:
+    raw.send(_header(api_key, 1) + _bytes(token_hmac) + struct.pack(">q", period_ms))
+    return _Reader(raw.receive()[4:]).take(">hq")
+
+
+def describe_tokens(raw: Raw) -> tuple[int, list[tuple[str, str, list[str]]]]:
+    raw.send(_header(41, 1) + struct.pack(">i", -1))
+    reader = _Reader(raw.receive()[4:])
+    error, count = reader.take(">h"), reader.take(">i")
+    tokens = []
+    for _ in range(count):
+        owner = f"{reader.string()}:{reader.string()}"
+        reader.take(">qqq")
+        token_id = reader.string()
+        reader.blob()
+        renewers = [f"{reader.string()}:{reader.string()}" for _ in range(reader.take(">i"))]
+        tokens.append((owner, token_id, renewers))
+    return error, tokens
+
+
+def _logged_in(address: str, user: str, password: str) -> Raw:
+    raw = Raw(address)
+    raw.handshake("PLAIN")
+    assert raw.authenticate(f"\x00{user}\x00{password}".encode())[0] == 0
+    return raw
+
+
+def _token_login(secure, token_id: str, token_hmac: bytes) -> tuple[Raw, int]:
+    from kafkacompat.security.scram import ScramClient
+
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.handshake("SCRAM-SHA-256")
+    client = ScramClient("SCRAM-SHA-256", token_id, base64.b64encode(token_hmac).decode(), token=True)
+    error, _, server_first, _ = raw.authenticate(client.first())
+    if error:
+        return raw, error
+    error, _, server_final, _ = raw.authenticate(client.final(server_first))
+    if not error:
+        client.verify(server_final)
+    return raw, error
+
+
+def test_delegation_tokens_are_created_used_renewed_and_expired(secure):
+    assert create_token(Raw(secure.address("PLAINTEXT")))[0] == DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    alice = _logged_in(secure.address("SASL_PLAINTEXT"), "alice", "alice-secret")
+    assert create_token(alice, [("Group", "ops")])[0] == INVALID_PRINCIPAL_TYPE
+    error, owner, token_id, token_hmac = create_token(alice, [("User", "broker")])
+    assert (error, owner) == (0, "User:alice") and token_id and len(token_hmac) == 64
+    assert describe_tokens(alice) == (0, [("User:alice", token_id, ["User:broker"])])
+
+    # SCRAM with tokenauth=true: the connection acts as the token's owner, and may not create tokens
+    with_token, error = _token_login(secure, token_id, token_hmac)
+    assert error == 0
+    secure.broker.wait_for_output("as User:alice with SASL mechanism SCRAM-SHA-256")
+    assert create_token(with_token)[0] == DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    assert _token_login(secure, token_id, b"\x00" * 64)[1] == SASL_AUTHENTICATION_FAILED
+
+    # renewed by its owner or a renewer, not by others; expired at once with a negative period
+    error, expiry = change_token(alice, 39, token_hmac, 60_000)
+    assert error == 0 and abs(expiry - time.time() * 1000 - 60_000) < 30_000
+    renewer = _logged_in(secure.address("SASL_PLAINTEXT"), "broker", "broker-secret")
+    assert change_token(renewer, 39, token_hmac, 60_000)[0] == 0
+    other, _, other_id, other_hmac = create_token(renewer)
+    assert other == 0 and change_token(alice, 39, other_hmac, 1000)[0] == DELEGATION_TOKEN_OWNER_MISMATCH
+    assert change_token(alice, 40, token_hmac, -1)[0] == 0
+    assert change_token(alice, 39, token_hmac, 1000)[0] == DELEGATION_TOKEN_NOT_FOUND
+    assert _token_login(secure, token_id, token_hmac)[1] == SASL_AUTHENTICATION_FAILED
+    assert [t[1] for t in describe_tokens(alice)[1]] == [other_id]
+    raw = (secure.broker.data_dir / "metadata-store.json").read_text()
+    assert f"/delegation_token/tokens/{other_id}" in raw and "User%3Abroker" in raw
 
 
 # -- Sarama (Go): SASL/PLAIN with the v0 handshake and raw tokens -------------------------------------

@@ -25,6 +25,7 @@ from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.controller.store import EmbeddedStore
 from kafkacompat.security.credentials import ScramCredentialStore
+from kafkacompat.security.tokens import DelegationTokens
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -60,7 +61,9 @@ class Broker:
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
         self._embedded_store: "MetadataStore | None" = None
-        self.credentials = ScramCredentialStore(self._metadata_store)
+        self.tokens = DelegationTokens(self._metadata_store, config.delegation_token_secret_key,
+                                       config.delegation_token_max_lifetime_ms, config.delegation_token_expiry_time_ms)
+        self.credentials = ScramCredentialStore(self._metadata_store, self.tokens)
         self.bound_ports: dict[str, int] = {}
         self._services = None
 
@@ -161,7 +164,8 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir, credentials=self.credentials)
+                                      self.producer_ids, self.data_dir, credentials=self.credentials,
+                                      tokens=self.tokens)
         return self._services
 
     async def dispatch(

@@ -160,6 +160,7 @@ class Connection:
         # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
         self.principal: KafkaPrincipal = ANONYMOUS
         self.listener_name = security.listener.name if security is not None else broker.config.listener_name
+        self.security_protocol = security.listener.protocol if security is not None else "PLAINTEXT"
         self.authenticator: SaslAuthenticator | None = None
         if security is not None and security.sasl is not None:
             self.authenticator = SaslAuthenticator(security.sasl, self.describe, self._authenticated)

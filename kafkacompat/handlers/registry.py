@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.security.credentials import ScramCredentialStore
+    from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
@@ -42,6 +43,7 @@ class Services:
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
     credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
+    tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
 
 
 @dataclass(slots=True)

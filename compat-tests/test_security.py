@@ -523,6 +523,23 @@ def _read_until_closed(sock: socket.socket) -> int:
     return received
 
 
+def test_librdkafka_reauthenticates_before_its_session_runs_out(secure):
+    from confluent_kafka import Producer
+
+    conf = secure.confluent("REAUTH", **{"sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                         "sasl.password": "alice-secret", "client.id": "reauth-client"})
+    producer = Producer(conf)
+    topic = _topic("reauth")
+    producer.produce(topic, b"before")
+    assert producer.flush(20) == 0
+    time.sleep(1.5)  # past the 1000 ms session: librdkafka re-authenticates (KIP-368) on the same connection
+    producer.produce(topic, b"after")
+    assert producer.flush(20) == 0
+    sentinel = _logged_in(secure.address("SASL_PLAINTEXT"), "alice", "alice-secret")
+    secure.broker.wait_for_output(f"from {sentinel.sock.getsockname()[0]}:{sentinel.sock.getsockname()[1]}")
+    assert "(client id 'reauth-client'): its SASL session expired" not in secure.broker.output()
+
+
 def test_a_garbage_tls_handshake_is_logged_and_closed(secure):
     for garbage in (b"\x16\x03\x01\x00\x10" + b"not a client hello" * 3, _frame(_header(18, 0))):
         with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:

@@ -218,6 +218,8 @@ class SaslAuthenticator:
         self.session_expires = time.monotonic() + lifetime / 1000 if lifetime else None
         if first:
             log.info("Authenticated %s as %s with SASL mechanism %s", self._describe(), principal, self.mechanism)
+        else:
+            log.debug("Re-authenticated %s as %s", self._describe(), principal)
         return lifetime
 
     def _session_lifetime_ms(self) -> int:

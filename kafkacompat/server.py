@@ -413,8 +413,7 @@ class TlsConnection(Connection):
             decoder.received(len(data))
 
     async def _send_buffers(self, buffers: list[Chunk]) -> None:
-        await self.stream.send_all(buffers[0] if len(buffers) == 1 else b"".join(buffers))  # type: ignore[arg-type]
-        self.last_active = time.monotonic()
+        await self._send(buffers[0] if len(buffers) == 1 else b"".join(buffers))  # type: ignore[arg-type]
 
     async def _send_file(self, region: FileRegion) -> None:
         offset, remaining = region.offset, region.length
@@ -422,10 +421,21 @@ class TlsConnection(Connection):
             data = os.pread(region.fd, min(remaining, self._FILE_PIECE), offset)
             if not data:
                 raise ConnectionClosed("file shrank under an in-flight fetch")
-            await self.stream.send_all(data)
+            await self._send(data)
             offset += len(data)
             remaining -= len(data)
-        self.last_active = time.monotonic()
+
+    async def _send(self, data: "bytes | bytearray | memoryview") -> None:
+        """Send in pieces, each counted as idle time until it is taken: a client that stops
+        reading is closed after connections.max.idle.ms, as on a plain connection."""
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), self._FILE_PIECE):
+            self.send_stalled = True
+            try:
+                await self.stream.send_all(view[start:start + self._FILE_PIECE])
+            finally:
+                self.send_stalled = False
+            self.last_active = time.monotonic()
 
 
 class ConnectionLimits:

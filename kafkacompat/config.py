@@ -1092,7 +1092,8 @@ class BrokerConfig:
         return isinstance(other, BrokerConfig) and vars(self) == vars(other)
 
     def __repr__(self) -> str:
-        static = ", ".join(f"{key}={self.values[key]}" for key in sorted(self.values)
+        hidden = lambda key: BROKER_CONFIGS[key].type is ConfigType.PASSWORD  # noqa: E731 (never printed)
+        static = ", ".join(f"{key}={'[hidden]' if hidden(key) else self.values[key]}" for key in sorted(self.values)
                            if self.sources[key] == STATIC_BROKER_CONFIG)
         return f"BrokerConfig({static})"
 
@@ -1240,6 +1241,10 @@ class BrokerConfig:
             if candidate in self.listener_settings:
                 return BROKER_CONFIGS[key].parse(self.listener_settings[candidate])
         return BROKER_CONFIGS[key].parse(self.values[key])
+
+    def set_for_listener(self, listener: str, key: str) -> bool:
+        """Whether ``key`` is set with the listener.name.<listener>. prefix."""
+        return f"{LISTENER_PREFIX}{listener.lower()}.{key}" in self.listener_settings
 
     # -- addresses ------------------------------------------------------------------------------
 

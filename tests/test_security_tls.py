@@ -118,3 +118,13 @@ def test_unusable_settings_stop_the_start_with_a_reason(pki, settings, says):
     authority, server, _ = pki
     with pytest.raises(StartupError, match=says):
         server_context(_config(authority, server, **settings), "SSL")
+
+
+def test_sasl_ssl_listeners_take_client_auth_only_from_their_prefix(pki, caplog):
+    authority, server, client = pki
+    config = _config(authority, server, **{"listeners": "SASL_SSL://127.0.0.1:0", "ssl.client.auth": "required"})
+    assert server_context(config, "SASL_SSL", "SASL_SSL").verify_mode == ssl.CERT_NONE
+    assert "listener.name.sasl_ssl.ssl.client.auth" in caplog.text
+    prefixed = _config(authority, server, **{"listeners": "SASL_SSL://127.0.0.1:0",
+                                             "listener.name.sasl_ssl.ssl.client.auth": "required"})
+    assert server_context(prefixed, "SASL_SSL", "SASL_SSL").verify_mode == ssl.CERT_REQUIRED

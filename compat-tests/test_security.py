@@ -229,6 +229,29 @@ def test_mtls_without_a_client_certificate_is_refused(secure):
 
 # -- other clients --------------------------------------------------------------------------------
 
+def UnsecuredToken(subject: str):  # noqa: N802 (a class made once kafka-python is imported)
+    """A kafka-python token provider giving an unsecured JWS (alg none) for ``subject``."""
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(_UnsecuredToken, AbstractTokenProvider):
+        pass
+
+    return Provider(subject)
+
+
+class _UnsecuredToken:
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+
+    def token(self) -> str:
+        encode = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()  # noqa: E731
+        now = time.time()
+        return f"{encode({'alg': 'none'})}.{encode({'sub': self.subject, 'iat': now, 'exp': now + 600})}."
+
+    def extensions(self) -> dict:
+        return {}
+
+
 def test_kafka_python_over_scram_and_ssl(secure):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -238,28 +261,40 @@ def test_kafka_python_over_scram_and_ssl(secure):
         ("SASL_PLAINTEXT", {"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
                             "sasl_plain_password": "alice-secret"}),
         ("SSL", {"ssl_cafile": str(secure.ca)}),
+        ("MTLS", {"ssl_cafile": str(secure.ca), "ssl_certfile": str(secure.client.cert),
+                  "ssl_keyfile": str(secure.client.key)}),
+        ("SASL_SSL", {"ssl_cafile": str(secure.ca), "sasl_mechanism": "SCRAM-SHA-512",
+                      "sasl_plain_username": "alice", "sasl_plain_password": SCRAM_PASSWORD}),
+        ("SASL_PLAINTEXT", {"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": UnsecuredToken("kp-user")}),
     ]:
         topic = _topic("kafka-python")
         conf = {"bootstrap_servers": secure.address(listener), "security_protocol": PROTOCOLS[listener], **extra}
         producer = KafkaProducer(**conf)
         producer.send(topic, b"kafka-python").get(20)
         producer.close()
-        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
+        consumer = KafkaConsumer(**conf)
         consumer.assign([TopicPartition(topic, 0)])
         consumer.seek(TopicPartition(topic, 0), 0)
-        assert [record.value for record in consumer][:1] == [b"kafka-python"]
+        records: list = []
+        deadline = time.monotonic() + 20
+        while not records and time.monotonic() < deadline:
+            records = [r.value for batch in consumer.poll(timeout_ms=1000).values() for r in batch]
+        assert records == [b"kafka-python"]
         consumer.close()
+    secure.broker.wait_for_output("on listener MTLS: User:app-alice")
+    secure.broker.wait_for_output("as User:kp-user with SASL mechanism OAUTHBEARER")
 
 
-def test_aiokafka_over_sasl_ssl(secure):
+def test_aiokafka_over_sasl_ssl_and_mtls(secure):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.helpers import create_ssl_context
 
-    async def main(mechanism: str, password: str) -> list[bytes]:
+    async def main(listener: str, **extra) -> list[bytes]:
         topic = _topic("aiokafka")
-        conf = dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
-                    ssl_context=create_ssl_context(cafile=str(secure.ca)), sasl_mechanism=mechanism,
-                    sasl_plain_username="alice", sasl_plain_password=password)
+        certificate = {"certfile": str(secure.client.cert), "keyfile": str(secure.client.key)} \
+            if listener == "MTLS" else {}
+        conf = dict(bootstrap_servers=secure.address(listener), security_protocol=PROTOCOLS[listener],
+                    ssl_context=create_ssl_context(cafile=str(secure.ca), **certificate), **extra)
         producer = AIOKafkaProducer(**conf)
         await producer.start()
         try:
@@ -276,8 +311,12 @@ def test_aiokafka_over_sasl_ssl(secure):
         finally:
             await consumer.stop()
 
-    assert asyncio.run(main("PLAIN", "alice-secret")) == [b"aiokafka"]
-    assert asyncio.run(main("SCRAM-SHA-512", SCRAM_PASSWORD)) == [b"aiokafka"]
+    sasl = dict(sasl_plain_username="alice")
+    assert asyncio.run(main("SASL_SSL", sasl_mechanism="PLAIN", sasl_plain_password="alice-secret", **sasl)) == [
+        b"aiokafka"]
+    assert asyncio.run(main("SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_plain_password=SCRAM_PASSWORD,
+                            **sasl)) == [b"aiokafka"]
+    assert asyncio.run(main("MTLS")) == [b"aiokafka"]
 
 
 @pytest.mark.parametrize("listener, sasl", [

@@ -62,7 +62,8 @@ class Broker:
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
         self._embedded_store: "MetadataStore | None" = None
-        self.tokens = DelegationTokens(self._metadata_store, config.delegation_token_secret_key,
+        self.tokens = DelegationTokens(self._metadata_store,
+                                       config.delegation_token_secret_key or config.delegation_token_master_key,
                                        config.delegation_token_max_lifetime_ms, config.delegation_token_expiry_time_ms)
         self.credentials = ScramCredentialStore(self._metadata_store, self.tokens)
         self.bound_ports: dict[str, int] = {}

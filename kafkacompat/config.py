@@ -418,6 +418,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     # --- delegation tokens ---
     _broker("delegation.token.secret.key", _PASSWORD, None, MEDIUM,
             "Secret that signs delegation tokens (the same on every broker); unset = tokens disabled."),
+    _broker("delegation.token.master.key", _PASSWORD, None, MEDIUM,
+            "Deprecated name of delegation.token.secret.key (used when that is unset)."),
     _broker("delegation.token.max.lifetime.ms", _LONG, "604800000", MEDIUM,
             "A token's maximum lifetime, beyond which it cannot be renewed.", at_least(1)),
     _broker("delegation.token.expiry.time.ms", _LONG, "86400000", MEDIUM,

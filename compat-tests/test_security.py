@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kafkacompat.testing.certs import CertificateAuthority
-from kafkacompat.testing.process import BrokerProcess, free_port
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports
 
 pytest.register_assert_rewrite("clients")
 
@@ -79,7 +79,8 @@ def secure(tmp_path_factory) -> Secure:
     server = authority.issue("server", "/CN=localhost", server=True, key_password=KEY_PASSWORD)
     client = authority.issue("client", "/C=US/O=Example/OU=Apps/CN=alice")
     other = CertificateAuthority(base / "other", "untrusted CA")
-    ports = {name: free_port() for name in PROTOCOLS if name != "PLAINTEXT"}
+    *listener_ports, broker_port = distinct_free_ports(len(PROTOCOLS))
+    ports = dict(zip([name for name in PROTOCOLS if name != "PLAINTEXT"], listener_ports))
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
     properties = base / "server.properties"
     properties.write_text("\n".join([
@@ -101,7 +102,7 @@ def secure(tmp_path_factory) -> Secure:
         "connection.failed.authentication.delay.ms=50",
         "delegation.token.secret.key=token-signing-secret",
     ]) + "\n")
-    broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)])
+    broker = BrokerProcess(base / "data", port=broker_port, extra_args=["--config", str(properties)])
     broker.start()
     ports["PLAINTEXT"] = broker.port
     secure = Secure(broker, ports, certs, authority.cert, client, other.cert)

@@ -12,7 +12,7 @@ import pytest
 
 from cluster import ZooKeeperCluster
 from kafkacompat.testing.certs import CertificateAuthority
-from kafkacompat.testing.process import free_port
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports
 
 BROKER_PASSWORD = "inter-broker-secret"
 
@@ -23,7 +23,16 @@ class SecureCluster(ZooKeeperCluster):
         authority = CertificateAuthority(certs_dir)
         self.keystore = authority.issue("server", "/CN=localhost", server=True).keystore()
         self.ca = authority.cert
-        self.ports = {b: {"INTERNAL": free_port(), "SCRAM": free_port()} for b in range(2)}
+        ports = distinct_free_ports(6)
+        self.ports = {b: {"INTERNAL": ports[2 * b], "SCRAM": ports[2 * b + 1]} for b in range(2)}
+        self.client_ports = ports[4:]
+
+    def start_broker(self, broker_id: int) -> BrokerProcess:
+        if broker_id not in self.brokers:  # every port of every listener distinct
+            self.brokers[broker_id] = BrokerProcess(self.tmp_path / f"broker-{broker_id}", broker_id=broker_id,
+                                                    port=self.client_ports[broker_id],
+                                                    extra_args=self.broker_args(broker_id))
+        return self.brokers[broker_id].start()
 
     def broker_args(self, broker_id: int) -> list[str]:
         ports = self.ports[broker_id]

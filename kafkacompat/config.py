@@ -954,6 +954,11 @@ def parse_listeners(key: str, value: str | None) -> list[Listener]:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError.invalid(key, value, f"Each listener must have a different name, repeated: {duplicates}")
+    if key == "listeners":
+        ports = [(listener.port, ":" in listener.host) for listener in listeners if listener.port]
+        repeated = sorted({port for port, ipv6 in ports if ports.count((port, ipv6)) > 1})
+        if repeated:
+            raise ConfigError.invalid(key, value, f"Each listener must have a different port, repeated: {repeated}")
     return listeners
 
 

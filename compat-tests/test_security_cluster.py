@@ -23,9 +23,10 @@ class SecureCluster(ZooKeeperCluster):
         authority = CertificateAuthority(certs_dir)
         self.keystore = authority.issue("server", "/CN=localhost", server=True).keystore()
         self.ca = authority.cert
-        ports = distinct_free_ports(6)
-        self.ports = {b: {"INTERNAL": ports[2 * b], "SCRAM": ports[2 * b + 1]} for b in range(2)}
-        self.client_ports = ports[4:]
+        ports = distinct_free_ports(9)  # broker 2 joins later, with a wrong inter-broker password
+        self.ports = {b: {"INTERNAL": ports[2 * b], "SCRAM": ports[2 * b + 1]} for b in range(3)}
+        self.client_ports = ports[6:]
+        self.passwords = {0: BROKER_PASSWORD, 1: BROKER_PASSWORD, 2: "not-the-password"}
 
     def start_broker(self, broker_id: int) -> BrokerProcess:
         if broker_id not in self.brokers:  # every port of every listener distinct
@@ -36,8 +37,9 @@ class SecureCluster(ZooKeeperCluster):
 
     def broker_args(self, broker_id: int) -> list[str]:
         ports = self.ports[broker_id]
+        password = self.passwords[broker_id]
         jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="broker" password="{BROKER_PASSWORD}" user_broker="{BROKER_PASSWORD}";')
+                f'username="broker" password="{password}" user_broker="{password}";')
         settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{ports['INTERNAL']},"
                          f"SCRAM://127.0.0.1:{ports['SCRAM']}",
@@ -113,3 +115,16 @@ def test_scram_credentials_created_on_one_broker_log_in_at_the_other(secure_clus
     producer.produce("scram-cluster", b"x")
     assert producer.flush(30) == 0
     secure_cluster.brokers[1].wait_for_output("as User:dana with SASL mechanism SCRAM-SHA-256")
+
+
+def test_a_broker_with_a_wrong_inter_broker_password_is_refused(secure_cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    intruder = secure_cluster.start_broker(2)
+    secure_cluster.wait_until_every_broker_sees(3)
+    admin = AdminClient({"bootstrap.servers": secure_cluster.brokers[0].bootstrap})
+    admin.create_topics([NewTopic("guarded", 1, replica_assignment=[[0, 2]])])["guarded"].result(20)
+    secure_cluster.brokers[0].wait_for_output("(user 'broker')")  # broker 0 refused broker 2's fetcher
+    intruder.wait_for_output("cannot authenticate to broker 0 on the inter-broker listener INTERNAL")
+    assert "not-the-password" not in secure_cluster.brokers[0].output() + intruder.output()
+    intruder.kill()

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kafkacompat.testing.certs import CertificateAuthority  # noqa: E402
-from kafkacompat.testing.process import BrokerProcess, free_port  # noqa: E402
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports  # noqa: E402
 
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_SSL")
 
@@ -39,7 +39,8 @@ LISTENERS = ("PLAINTEXT", "SSL", "SASL_SSL")
 def start_broker(base: Path) -> tuple[BrokerProcess, dict[str, dict]]:
     authority = CertificateAuthority(base / "certs")
     keystore = authority.issue("server", "/CN=localhost", server=True).keystore()
-    ports = {"SSL": free_port(), "SASL_SSL": free_port()}
+    ssl_port, sasl_ssl_port, plaintext_port = distinct_free_ports(3)
+    ports = {"SSL": ssl_port, "SASL_SSL": sasl_ssl_port}
     properties = base / "server.properties"
     properties.write_text("\n".join([
         f"listeners=PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:{ports['SSL']},SASL_SSL://127.0.0.1:{ports['SASL_SSL']}",
@@ -48,7 +49,7 @@ def start_broker(base: Path) -> tuple[BrokerProcess, dict[str, dict]]:
         'sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_bench="bench-pw";',
         "group.initial.rebalance.delay.ms=0",
     ]) + "\n")
-    broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)]).start()
+    broker = BrokerProcess(base / "data", port=plaintext_port, extra_args=["--config", str(properties)]).start()
     tls = {"ssl.ca.location": str(authority.cert)}
     confs = {
         "PLAINTEXT": {"bootstrap.servers": broker.bootstrap},

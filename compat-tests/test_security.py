@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kafkacompat.testing.certs import CertificateAuthority
-from kafkacompat.testing.process import BrokerProcess, free_port
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports
 
 pytest.register_assert_rewrite("clients")
 
@@ -79,7 +79,8 @@ def secure(tmp_path_factory) -> Secure:
     server = authority.issue("server", "/CN=localhost", server=True, key_password=KEY_PASSWORD)
     client = authority.issue("client", "/C=US/O=Example/OU=Apps/CN=alice")
     other = CertificateAuthority(base / "other", "untrusted CA")
-    ports = {name: free_port() for name in PROTOCOLS if name != "PLAINTEXT"}
+    *listener_ports, broker_port = distinct_free_ports(len(PROTOCOLS))
+    ports = dict(zip([name for name in PROTOCOLS if name != "PLAINTEXT"], listener_ports))
     listeners = ",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items())
     properties = base / "server.properties"
     properties.write_text("\n".join([
@@ -99,8 +100,9 @@ def secure(tmp_path_factory) -> Secure:
         "listener.name.reauth.plain.connections.max.reauth.ms=1000",
         "group.initial.rebalance.delay.ms=0",
         "connection.failed.authentication.delay.ms=50",
+        "delegation.token.secret.key=token-signing-secret",
     ]) + "\n")
-    broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)])
+    broker = BrokerProcess(base / "data", port=broker_port, extra_args=["--config", str(properties)])
     broker.start()
     ports["PLAINTEXT"] = broker.port
     secure = Secure(broker, ports, certs, authority.cert, client, other.cert)
@@ -138,16 +140,6 @@ def confluent_roundtrip(conf: dict, topic: str, count: int = 3) -> list[bytes]:
     return values
 
 
-def logged(secure: Secure, text: str, timeout: float = 10) -> bool:
-    """Whether the broker logs ``text`` (its output is read by another thread: wait for it)."""
-    deadline = time.monotonic() + timeout
-    while text not in secure.broker.output():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 # -- confluent-kafka (librdkafka) over every listener and mechanism -------------------------------
 
 @pytest.mark.parametrize("listener, mechanism, username, password", [
@@ -165,7 +157,7 @@ def test_confluent_produces_and_consumes(secure, listener, mechanism, username, 
     values = confluent_roundtrip(secure.confluent(listener, **extra), topic)
     assert values == [f"m{i}".encode() * 200 for i in range(3)]
     if mechanism:
-        assert logged(secure, f"as User:alice with SASL mechanism {mechanism}")
+        secure.broker.wait_for_output(f"as User:alice with SASL mechanism {mechanism}")
 
 
 def test_metadata_advertises_the_listener_the_client_came_in_on(secure):
@@ -180,7 +172,7 @@ def test_metadata_advertises_the_listener_the_client_came_in_on(secure):
 
 def test_mtls_principal_comes_from_the_certificate_through_the_mapping_rules(secure):
     confluent_roundtrip(secure.confluent("MTLS"), _topic("mtls-principal"), count=1)
-    assert logged(secure, "on listener MTLS: User:app-alice")
+    secure.broker.wait_for_output("on listener MTLS: User:app-alice")
 
 
 def test_oauthbearer_with_an_unsecured_token(secure):
@@ -188,7 +180,7 @@ def test_oauthbearer_with_an_unsecured_token(secure):
                                                  "sasl.oauthbearer.config": "principal=oauth-user scope=test",
                                                  "enable.sasl.oauthbearer.unsecure.jwt": True})
     assert len(confluent_roundtrip(conf, _topic("oauth"), count=1)) == 1
-    assert logged(secure, "as User:oauth-user with SASL mechanism OAUTHBEARER")
+    secure.broker.wait_for_output("as User:oauth-user with SASL mechanism OAUTHBEARER")
 
 
 def _confluent_error(conf: dict) -> str:
@@ -213,7 +205,7 @@ def test_wrong_password_and_unknown_user_get_the_same_answer(secure, mechanism):
     assert "Authentication failed" in wrong and "Authentication failed" in unknown
     first_line = lambda text: text.splitlines()[0].split(": SASL authentication error: ")[1].split(" (after")[0]  # noqa: E731
     assert first_line(wrong) == first_line(unknown)
-    assert logged(secure, f"(user 'nobody')")
+    secure.broker.wait_for_output("(user 'nobody')")
     output = secure.broker.output()
     assert f"with SASL mechanism {mechanism}: invalid" in output and "from 127.0.0.1:" in output
     assert "not-it" not in output
@@ -227,7 +219,7 @@ def test_an_untrusted_ca_is_refused_and_logged(secure):
     error = _confluent_error(secure.confluent("MTLS", **{"ssl.certificate.location": str(other.cert),
                                                          "ssl.key.location": str(other.key)}))
     assert error
-    assert logged(secure, "on listener MTLS: TLS handshake failed")
+    secure.broker.wait_for_output("on listener MTLS: TLS handshake failed")
 
 
 def test_mtls_without_a_client_certificate_is_refused(secure):
@@ -238,6 +230,29 @@ def test_mtls_without_a_client_certificate_is_refused(secure):
 
 # -- other clients --------------------------------------------------------------------------------
 
+def UnsecuredToken(subject: str):  # noqa: N802 (a class made once kafka-python is imported)
+    """A kafka-python token provider giving an unsecured JWS (alg none) for ``subject``."""
+    from kafka.net.sasl.oauth import AbstractTokenProvider
+
+    class Provider(_UnsecuredToken, AbstractTokenProvider):
+        pass
+
+    return Provider(subject)
+
+
+class _UnsecuredToken:
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+
+    def token(self) -> str:
+        encode = lambda value: base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()  # noqa: E731
+        now = time.time()
+        return f"{encode({'alg': 'none'})}.{encode({'sub': self.subject, 'iat': now, 'exp': now + 600})}."
+
+    def extensions(self) -> dict:
+        return {}
+
+
 def test_kafka_python_over_scram_and_ssl(secure):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -247,28 +262,40 @@ def test_kafka_python_over_scram_and_ssl(secure):
         ("SASL_PLAINTEXT", {"sasl_mechanism": "PLAIN", "sasl_plain_username": "alice",
                             "sasl_plain_password": "alice-secret"}),
         ("SSL", {"ssl_cafile": str(secure.ca)}),
+        ("MTLS", {"ssl_cafile": str(secure.ca), "ssl_certfile": str(secure.client.cert),
+                  "ssl_keyfile": str(secure.client.key)}),
+        ("SASL_SSL", {"ssl_cafile": str(secure.ca), "sasl_mechanism": "SCRAM-SHA-512",
+                      "sasl_plain_username": "alice", "sasl_plain_password": SCRAM_PASSWORD}),
+        ("SASL_PLAINTEXT", {"sasl_mechanism": "OAUTHBEARER", "sasl_oauth_token_provider": UnsecuredToken("kp-user")}),
     ]:
         topic = _topic("kafka-python")
         conf = {"bootstrap_servers": secure.address(listener), "security_protocol": PROTOCOLS[listener], **extra}
         producer = KafkaProducer(**conf)
         producer.send(topic, b"kafka-python").get(20)
         producer.close()
-        consumer = KafkaConsumer(**conf, consumer_timeout_ms=10000)
+        consumer = KafkaConsumer(**conf)
         consumer.assign([TopicPartition(topic, 0)])
         consumer.seek(TopicPartition(topic, 0), 0)
-        assert [record.value for record in consumer][:1] == [b"kafka-python"]
+        records: list = []
+        deadline = time.monotonic() + 20
+        while not records and time.monotonic() < deadline:
+            records = [r.value for batch in consumer.poll(timeout_ms=1000).values() for r in batch]
+        assert records == [b"kafka-python"]
         consumer.close()
+    secure.broker.wait_for_output("on listener MTLS: User:app-alice")
+    secure.broker.wait_for_output("as User:kp-user with SASL mechanism OAUTHBEARER")
 
 
-def test_aiokafka_over_sasl_ssl(secure):
+def test_aiokafka_over_sasl_ssl_and_mtls(secure):
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.helpers import create_ssl_context
 
-    async def main(mechanism: str, password: str) -> list[bytes]:
+    async def main(listener: str, **extra) -> list[bytes]:
         topic = _topic("aiokafka")
-        conf = dict(bootstrap_servers=secure.address("SASL_SSL"), security_protocol="SASL_SSL",
-                    ssl_context=create_ssl_context(cafile=str(secure.ca)), sasl_mechanism=mechanism,
-                    sasl_plain_username="alice", sasl_plain_password=password)
+        certificate = {"certfile": str(secure.client.cert), "keyfile": str(secure.client.key)} \
+            if listener == "MTLS" else {}
+        conf = dict(bootstrap_servers=secure.address(listener), security_protocol=PROTOCOLS[listener],
+                    ssl_context=create_ssl_context(cafile=str(secure.ca), **certificate), **extra)
         producer = AIOKafkaProducer(**conf)
         await producer.start()
         try:
@@ -285,8 +312,12 @@ def test_aiokafka_over_sasl_ssl(secure):
         finally:
             await consumer.stop()
 
-    assert asyncio.run(main("PLAIN", "alice-secret")) == [b"aiokafka"]
-    assert asyncio.run(main("SCRAM-SHA-512", SCRAM_PASSWORD)) == [b"aiokafka"]
+    sasl = dict(sasl_plain_username="alice")
+    assert asyncio.run(main("SASL_SSL", sasl_mechanism="PLAIN", sasl_plain_password="alice-secret", **sasl)) == [
+        b"aiokafka"]
+    assert asyncio.run(main("SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_plain_password=SCRAM_PASSWORD,
+                            **sasl)) == [b"aiokafka"]
+    assert asyncio.run(main("MTLS")) == [b"aiokafka"]
 
 
 @pytest.mark.parametrize("listener, sasl", [
@@ -441,7 +472,14 @@ def test_a_request_before_authentication_closes_the_connection(secure):
     raw = Raw(secure.address("SASL_PLAINTEXT"))
     raw.send(_header(3, 1) + struct.pack(">i", -1))
     assert raw.closed()
-    assert logged(secure, "Unexpected Kafka request of type Metadata during SASL handshake")
+    secure.broker.wait_for_output("Unexpected Kafka request of type Metadata during SASL handshake")
+
+
+def test_a_large_frame_before_authentication_closes_the_connection(secure):
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.sock.sendall(struct.pack(">i", 600_000) + b"\x00" * 1024)  # above sasl.server.max.receive.size
+    assert raw.closed()
+    secure.broker.wait_for_output("request size 600000 is outside 0..524288 (sasl.server.max.receive.size")
 
 
 def test_an_unsupported_mechanism_is_refused_with_the_enabled_ones(secure):
@@ -506,7 +544,7 @@ def test_session_lifetime_and_reauthentication(secure):
     time.sleep(1.1)
     expired.send(_header(3, 1) + struct.pack(">i", -1))
     assert expired.closed()
-    assert logged(secure, "its SASL session expired")
+    secure.broker.wait_for_output("its SASL session expired")
     # a re-authentication may not change the principal
     switching = Raw(secure.address("REAUTH"))
     switching.handshake("PLAIN")
@@ -515,27 +553,160 @@ def test_session_lifetime_and_reauthentication(secure):
     assert switching.authenticate(b"\x00broker\x00broker-secret")[0] == SASL_AUTHENTICATION_FAILED
 
 
+def _read_until_closed(sock: socket.socket) -> int:
+    received = 0
+    try:
+        while chunk := sock.recv(4096):
+            received += len(chunk)
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def test_librdkafka_reauthenticates_before_its_session_runs_out(secure):
+    from confluent_kafka import Producer
+
+    conf = secure.confluent("REAUTH", **{"sasl.mechanism": "PLAIN", "sasl.username": "alice",
+                                         "sasl.password": "alice-secret", "client.id": "reauth-client"})
+    producer = Producer(conf)
+    topic = _topic("reauth")
+    producer.produce(topic, b"before")
+    assert producer.flush(20) == 0
+    time.sleep(1.5)  # past the 1000 ms session: librdkafka re-authenticates (KIP-368) on the same connection
+    producer.produce(topic, b"after")
+    assert producer.flush(20) == 0
+    sentinel = _logged_in(secure.address("SASL_PLAINTEXT"), "alice", "alice-secret")
+    secure.broker.wait_for_output(f"from {sentinel.sock.getsockname()[0]}:{sentinel.sock.getsockname()[1]}")
+    assert "(client id 'reauth-client'): its SASL session expired" not in secure.broker.output()
+
+
 def test_a_garbage_tls_handshake_is_logged_and_closed(secure):
-    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
-        sock.sendall(b"\x16\x03\x01\x00\x10" + b"not a client hello" * 3)
-        try:
-            assert sock.recv(4096) in (b"",) or sock.recv(4096) == b""
-        except ConnectionResetError:
-            pass
-    assert logged(secure, "on listener SSL: TLS handshake failed")
-    # plaintext Kafka on the TLS port, too
-    with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
-        sock.sendall(_frame(_header(18, 0)))
-        try:
-            while sock.recv(4096):
-                pass
-        except ConnectionResetError:
-            pass
+    for garbage in (b"\x16\x03\x01\x00\x10" + b"not a client hello" * 3, _frame(_header(18, 0))):
+        with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
+            sock.sendall(garbage)  # a damaged ClientHello, then plaintext Kafka on the TLS port
+            assert _read_until_closed(sock) < 4096  # at most a TLS alert, then the broker closes
+    secure.broker.wait_for_output("on listener SSL: TLS handshake failed")
     context = ssl.create_default_context(cafile=str(secure.ca))
     with socket.create_connection(("127.0.0.1", secure.ports["SSL"]), timeout=10) as sock:
         with context.wrap_socket(sock, server_hostname="localhost") as tls:
             tls.sendall(_frame(_header(18, 0)))
             assert struct.unpack(">i", tls.recv(4))[0] > 0  # still serving
+
+
+# -- delegation tokens (no client library sends these here: written by hand) --------------------------
+
+DELEGATION_TOKEN_NOT_FOUND = 62
+DELEGATION_TOKEN_OWNER_MISMATCH = 63
+DELEGATION_TOKEN_REQUEST_NOT_ALLOWED = 64
+INVALID_PRINCIPAL_TYPE = 67
+
+
+def _bytes(data: bytes) -> bytes:
+    return struct.pack(">i", len(data)) + data
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.position = data, 0
+
+    def take(self, fmt: str):
+        values = struct.unpack_from(fmt, self.data, self.position)
+        self.position += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string(self) -> str:
+        length = self.take(">h")
+        text = self.data[self.position:self.position + length].decode()
+        self.position += length
+        return text
+
+    def blob(self) -> bytes:
+        length = self.take(">i")
+        data = self.data[self.position:self.position + length]
+        self.position += length
+        return data
+
+
+def create_token(raw: Raw, renewers=(), max_lifetime_ms: int = -1) -> tuple[int, str, str, bytes]:
+    body = struct.pack(">i", len(renewers)) + b"".join(_string(t) + _string(n) for t, n in renewers)
+    raw.send(_header(38, 1) + body + struct.pack(">q", max_lifetime_ms))
+    reader = _Reader(raw.receive()[4:])
+    error = reader.take(">h")
+    owner = f"{reader.string()}:{reader.string()}"
+    reader.take(">qqq")
+    return error, owner, reader.string(), reader.blob()
+
+
+def change_token(raw: Raw, api_key: int, token_hmac: bytes, period_ms: int) -> tuple[int, int]:
+    raw.send(_header(api_key, 1) + _bytes(token_hmac) + struct.pack(">q", period_ms))
+    return _Reader(raw.receive()[4:]).take(">hq")
+
+
+def describe_tokens(raw: Raw) -> tuple[int, list[tuple[str, str, list[str]]]]:
+    raw.send(_header(41, 1) + struct.pack(">i", -1))
+    reader = _Reader(raw.receive()[4:])
+    error, count = reader.take(">h"), reader.take(">i")
+    tokens = []
+    for _ in range(count):
+        owner = f"{reader.string()}:{reader.string()}"
+        reader.take(">qqq")
+        token_id = reader.string()
+        reader.blob()
+        renewers = [f"{reader.string()}:{reader.string()}" for _ in range(reader.take(">i"))]
+        tokens.append((owner, token_id, renewers))
+    return error, tokens
+
+
+def _logged_in(address: str, user: str, password: str) -> Raw:
+    raw = Raw(address)
+    raw.handshake("PLAIN")
+    assert raw.authenticate(f"\x00{user}\x00{password}".encode())[0] == 0
+    return raw
+
+
+def _token_login(secure, token_id: str, token_hmac: bytes) -> tuple[Raw, int]:
+    from kafkacompat.security.scram import ScramClient
+
+    raw = Raw(secure.address("SASL_PLAINTEXT"))
+    raw.handshake("SCRAM-SHA-256")
+    client = ScramClient("SCRAM-SHA-256", token_id, base64.b64encode(token_hmac).decode(), token=True)
+    error, _, server_first, _ = raw.authenticate(client.first())
+    if error:
+        return raw, error
+    error, _, server_final, _ = raw.authenticate(client.final(server_first))
+    if not error:
+        client.verify(server_final)
+    return raw, error
+
+
+def test_delegation_tokens_are_created_used_renewed_and_expired(secure):
+    assert create_token(Raw(secure.address("PLAINTEXT")))[0] == DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    alice = _logged_in(secure.address("SASL_PLAINTEXT"), "alice", "alice-secret")
+    assert create_token(alice, [("Group", "ops")])[0] == INVALID_PRINCIPAL_TYPE
+    error, owner, token_id, token_hmac = create_token(alice, [("User", "broker")])
+    assert (error, owner) == (0, "User:alice") and token_id and len(token_hmac) == 64
+    assert describe_tokens(alice) == (0, [("User:alice", token_id, ["User:broker"])])
+
+    # SCRAM with tokenauth=true: the connection acts as the token's owner, and may not create tokens
+    with_token, error = _token_login(secure, token_id, token_hmac)
+    assert error == 0
+    secure.broker.wait_for_output("as User:alice with SASL mechanism SCRAM-SHA-256")
+    assert create_token(with_token)[0] == DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
+    assert _token_login(secure, token_id, b"\x00" * 64)[1] == SASL_AUTHENTICATION_FAILED
+
+    # renewed by its owner or a renewer, not by others; expired at once with a negative period
+    error, expiry = change_token(alice, 39, token_hmac, 60_000)
+    assert error == 0 and abs(expiry - time.time() * 1000 - 60_000) < 30_000
+    renewer = _logged_in(secure.address("SASL_PLAINTEXT"), "broker", "broker-secret")
+    assert change_token(renewer, 39, token_hmac, 60_000)[0] == 0
+    other, _, other_id, other_hmac = create_token(renewer)
+    assert other == 0 and change_token(alice, 39, other_hmac, 1000)[0] == DELEGATION_TOKEN_OWNER_MISMATCH
+    assert change_token(alice, 40, token_hmac, -1)[0] == 0
+    assert change_token(alice, 39, token_hmac, 1000)[0] == DELEGATION_TOKEN_NOT_FOUND
+    assert _token_login(secure, token_id, token_hmac)[1] == SASL_AUTHENTICATION_FAILED
+    assert [t[1] for t in describe_tokens(alice)[1]] == [other_id]
+    raw = (secure.broker.data_dir / "metadata-store.json").read_text()
+    assert f"/delegation_token/tokens/{other_id}" in raw and "User%3Abroker" in raw
 
 
 # -- Sarama (Go): SASL/PLAIN with the v0 handshake and raw tokens -------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from cluster import ZooKeeperCluster
 from kafkacompat.testing.certs import CertificateAuthority
-from kafkacompat.testing.process import free_port
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports
 
 BROKER_PASSWORD = "inter-broker-secret"
 
@@ -23,12 +23,23 @@ class SecureCluster(ZooKeeperCluster):
         authority = CertificateAuthority(certs_dir)
         self.keystore = authority.issue("server", "/CN=localhost", server=True).keystore()
         self.ca = authority.cert
-        self.ports = {b: {"INTERNAL": free_port(), "SCRAM": free_port()} for b in range(2)}
+        ports = distinct_free_ports(9)  # broker 2 joins later, with a wrong inter-broker password
+        self.ports = {b: {"INTERNAL": ports[2 * b], "SCRAM": ports[2 * b + 1]} for b in range(3)}
+        self.client_ports = ports[6:]
+        self.passwords = {0: BROKER_PASSWORD, 1: BROKER_PASSWORD, 2: "not-the-password"}
+
+    def start_broker(self, broker_id: int) -> BrokerProcess:
+        if broker_id not in self.brokers:  # every port of every listener distinct
+            self.brokers[broker_id] = BrokerProcess(self.tmp_path / f"broker-{broker_id}", broker_id=broker_id,
+                                                    port=self.client_ports[broker_id],
+                                                    extra_args=self.broker_args(broker_id))
+        return self.brokers[broker_id].start()
 
     def broker_args(self, broker_id: int) -> list[str]:
         ports = self.ports[broker_id]
+        password = self.passwords[broker_id]
         jaas = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="broker" password="{BROKER_PASSWORD}" user_broker="{BROKER_PASSWORD}";')
+                f'username="broker" password="{password}" user_broker="{password}";')
         settings = {
             "listeners": f"PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:{ports['INTERNAL']},"
                          f"SCRAM://127.0.0.1:{ports['SCRAM']}",
@@ -58,15 +69,6 @@ def secure_cluster(tmp_path_factory):
         yield cluster
 
 
-def _logged(proc, text: str, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while text not in proc.output():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_replication_goes_through_the_sasl_ssl_inter_broker_listener(secure_cluster):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -81,7 +83,7 @@ def test_replication_goes_through_the_sasl_ssl_inter_broker_listener(secure_clus
     assert delivered == [None] * 5
     leader = secure_cluster.metadata(topic="replicated").topics["replicated"].partitions[0].leader
     follower = 1 - leader
-    assert _logged(secure_cluster.brokers[leader], f"as User:broker with SASL mechanism PLAIN")
+    secure_cluster.brokers[leader].wait_for_output("as User:broker with SASL mechanism PLAIN")
     assert f"127.0.0.1:{secure_cluster.ports[leader]['INTERNAL']}" in secure_cluster.brokers[follower].output()
     # the follower's copy is whole: read it from the follower once the leader is gone
     secure_cluster.brokers[leader].kill()
@@ -112,4 +114,17 @@ def test_scram_credentials_created_on_one_broker_log_in_at_the_other(secure_clus
                          "sasl.username": "dana", "sasl.password": "dana-pw", "acks": 1})
     producer.produce("scram-cluster", b"x")
     assert producer.flush(30) == 0
-    assert _logged(secure_cluster.brokers[1], "as User:dana with SASL mechanism SCRAM-SHA-256")
+    secure_cluster.brokers[1].wait_for_output("as User:dana with SASL mechanism SCRAM-SHA-256")
+
+
+def test_a_broker_with_a_wrong_inter_broker_password_is_refused(secure_cluster):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    intruder = secure_cluster.start_broker(2)
+    secure_cluster.wait_until_every_broker_sees(3)
+    admin = AdminClient({"bootstrap.servers": secure_cluster.brokers[0].bootstrap})
+    admin.create_topics([NewTopic("guarded", 1, replica_assignment=[[0, 2]])])["guarded"].result(20)
+    secure_cluster.brokers[0].wait_for_output("(user 'broker')")  # broker 0 refused broker 2's fetcher
+    intruder.wait_for_output("cannot authenticate to broker 0 on the inter-broker listener INTERNAL")
+    assert "not-the-password" not in secure_cluster.brokers[0].output() + intruder.output()
+    intruder.kill()

@@ -27,6 +27,7 @@ from kafkacompat.quotas import ClientQuotaManager
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.controller.store import EmbeddedStore
 from kafkacompat.security.credentials import ScramCredentialStore
+from kafkacompat.security.tokens import DelegationTokens
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -63,7 +64,10 @@ class Broker:
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
         self._embedded_store: "MetadataStore | None" = None
-        self.credentials = ScramCredentialStore(self._metadata_store)
+        self.tokens = DelegationTokens(self._metadata_store,
+                                       config.delegation_token_secret_key or config.delegation_token_master_key,
+                                       config.delegation_token_max_lifetime_ms, config.delegation_token_expiry_time_ms)
+        self.credentials = ScramCredentialStore(self._metadata_store, self.tokens)
         self.bound_ports: dict[str, int] = {}
         self.authorizer = self._authorizer()
         self.quotas = ClientQuotaManager(config, self.admin.quota_store)
@@ -177,7 +181,8 @@ class Broker:
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
-                                      credentials=self.credentials, authorizer=self.authorizer, quotas=self.quotas)
+                                      credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
+                                      quotas=self.quotas)
         return self._services
 
     async def dispatch(

@@ -415,6 +415,17 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("connection.failed.authentication.delay.ms", _INT, "100", LOW,
             "Delay before the answer to a failed authentication is sent and the connection closed.", at_least(0)),
     _broker("principal.builder.class", _CLASS, None, MEDIUM, "Accepted for compatibility.", applied=False),
+    # --- delegation tokens ---
+    _broker("delegation.token.secret.key", _PASSWORD, None, MEDIUM,
+            "Secret that signs delegation tokens (the same on every broker); unset = tokens disabled."),
+    _broker("delegation.token.master.key", _PASSWORD, None, MEDIUM,
+            "Deprecated name of delegation.token.secret.key (used when that is unset)."),
+    _broker("delegation.token.max.lifetime.ms", _LONG, "604800000", MEDIUM,
+            "A token's maximum lifetime, beyond which it cannot be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.time.ms", _LONG, "86400000", MEDIUM,
+            "A token's validity before it must be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.check.interval.ms", _LONG, "3600000", LOW,
+            "Expired tokens are removed when next read here, not on a timer.", at_least(1), applied=False),
     _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default.",
             applied=False),
     _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default.",
@@ -957,6 +968,11 @@ def parse_listeners(key: str, value: str | None) -> list[Listener]:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError.invalid(key, value, f"Each listener must have a different name, repeated: {duplicates}")
+    if key == "listeners":
+        ports = [(listener.port, ":" in listener.host) for listener in listeners if listener.port]
+        repeated = sorted({port for port, ipv6 in ports if ports.count((port, ipv6)) > 1})
+        if repeated:
+            raise ConfigError.invalid(key, value, f"Each listener must have a different port, repeated: {repeated}")
     return listeners
 
 
@@ -1100,7 +1116,8 @@ class BrokerConfig:
         return isinstance(other, BrokerConfig) and vars(self) == vars(other)
 
     def __repr__(self) -> str:
-        static = ", ".join(f"{key}={self.values[key]}" for key in sorted(self.values)
+        hidden = lambda key: BROKER_CONFIGS[key].type is ConfigType.PASSWORD  # noqa: E731 (never printed)
+        static = ", ".join(f"{key}={'[hidden]' if hidden(key) else self.values[key]}" for key in sorted(self.values)
                            if self.sources[key] == STATIC_BROKER_CONFIG)
         return f"BrokerConfig({static})"
 
@@ -1248,6 +1265,10 @@ class BrokerConfig:
             if candidate in self.listener_settings:
                 return BROKER_CONFIGS[key].parse(self.listener_settings[candidate])
         return BROKER_CONFIGS[key].parse(self.values[key])
+
+    def set_for_listener(self, listener: str, key: str) -> bool:
+        """Whether ``key`` is set with the listener.name.<listener>. prefix."""
+        return f"{LISTENER_PREFIX}{listener.lower()}.{key}" in self.listener_settings
 
     # -- addresses ------------------------------------------------------------------------------
 

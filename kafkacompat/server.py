@@ -161,12 +161,19 @@ class Connection:
         self.principal: KafkaPrincipal = ANONYMOUS
         self.throttled_until = 0.0  # trio time before which nothing is read (KIP-219 quota throttling)
         self.listener_name = security.listener.name if security is not None else broker.config.listener_name
+        self.security_protocol = security.listener.protocol if security is not None else "PLAINTEXT"
         self.authenticator: SaslAuthenticator | None = None
         if security is not None and security.sasl is not None:
             self.authenticator = SaslAuthenticator(security.sasl, self.describe, self._authenticated)
+            # Before authentication a frame is at most sasl.server.max.receive.size (as Kafka):
+            # an anonymous client cannot make the broker buffer socket.request.max.bytes.
+            self.decoder.max_frame_bytes = min(security.sasl.max_receive_size, self.decoder.max_frame_bytes)
+            self.decoder.limit_name = "sasl.server.max.receive.size, before authentication"
 
     def _authenticated(self, principal: KafkaPrincipal) -> None:
         self.principal = principal
+        self.decoder.max_frame_bytes = self.broker.config.socket_request_max_bytes
+        self.decoder.limit_name = "socket.request.max.bytes"
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""
@@ -414,8 +421,7 @@ class TlsConnection(Connection):
             decoder.received(len(data))
 
     async def _send_buffers(self, buffers: list[Chunk]) -> None:
-        await self.stream.send_all(buffers[0] if len(buffers) == 1 else b"".join(buffers))  # type: ignore[arg-type]
-        self.last_active = time.monotonic()
+        await self._send(buffers[0] if len(buffers) == 1 else b"".join(buffers))  # type: ignore[arg-type]
 
     async def _send_file(self, region: FileRegion) -> None:
         offset, remaining = region.offset, region.length
@@ -423,10 +429,21 @@ class TlsConnection(Connection):
             data = os.pread(region.fd, min(remaining, self._FILE_PIECE), offset)
             if not data:
                 raise ConnectionClosed("file shrank under an in-flight fetch")
-            await self.stream.send_all(data)
+            await self._send(data)
             offset += len(data)
             remaining -= len(data)
-        self.last_active = time.monotonic()
+
+    async def _send(self, data: "bytes | bytearray | memoryview") -> None:
+        """Send in pieces, each counted as idle time until it is taken: a client that stops
+        reading is closed after connections.max.idle.ms, as on a plain connection."""
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), self._FILE_PIECE):
+            self.send_stalled = True
+            try:
+                await self.stream.send_all(view[start:start + self._FILE_PIECE])
+            finally:
+                self.send_stalled = False
+            self.last_active = time.monotonic()
 
 
 class ConnectionLimits:

@@ -387,6 +387,7 @@ def test_named_listeners_with_a_controller_listener(caplog: pytest.LogCaptureFix
         ({"listeners": "PLAINTEXT://localhost:-1"}, "listeners"),
         ({"listeners": ""}, "listeners"),
         ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "listeners"),
+        ({"listeners": "PLAINTEXT://:9092,SSL://127.0.0.1:9092"}, "listeners"),
         ({"listeners": "INTERNAL://:9092"}, "listener.security.protocol.map"),
         ({"advertised.listeners": "OTHER://host:1"}, "advertised.listeners"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "advertised.listeners"),

@@ -34,7 +34,7 @@ def _rfc_credential() -> scram.ScramCredential:
 def test_scram_server_follows_rfc_7677(monkeypatch):
     monkeypatch.setattr(scram.secrets, "token_urlsafe", lambda _: SERVER_NONCE_TAIL)
 
-    async def lookup(mechanism, user):
+    async def lookup(mechanism, user, token=False):
         return _rfc_credential() if (mechanism, user) == ("SCRAM-SHA-256", "user") else None
 
     async def main():
@@ -57,7 +57,7 @@ def test_scram_client_follows_rfc_7677(monkeypatch):
 def test_scram_unknown_user_and_wrong_password_fail_alike():
     stored = scram.new_credential("SCRAM-SHA-512", "right", 4096)
 
-    async def lookup(mechanism, user):
+    async def lookup(mechanism, user, token=False):
         return stored if user == "known" else None
 
     async def attempt(user: str) -> tuple[bytes, str]:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.security.authorizer import Authorizer
     from kafkacompat.security.credentials import ScramCredentialStore
+    from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
@@ -52,6 +53,7 @@ class Services:
     log_dir: "Path"
     fetch_sessions: "FetchSessionCache"
     credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
+    tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
     authorizer: "Authorizer | None" = None
     quotas: "ClientQuotaManager | None" = None
 

@@ -181,7 +181,7 @@ class SaslAuthenticator:
                                            f"a SASL token of {len(token)} bytes exceeds sasl.server.max.receive.size")
             response = await self._server.evaluate(token)
             if self._server.complete:
-                self._check_principal(KafkaPrincipal("User", self._server.username or ""))
+                self._check_principal(self._authenticated_principal())
             return response
         except AuthenticationFailed as failure:
             self.state = State.FAILED
@@ -197,10 +197,19 @@ class SaslAuthenticator:
                 f"Cannot change principals during re-authentication from {self.principal}: {principal}",
                 f"re-authentication as {principal} instead of {self.principal}")
 
+    def _authenticated_principal(self) -> KafkaPrincipal:
+        assert self._server is not None
+        return getattr(self._server, "principal", None) or KafkaPrincipal("User", self._server.username or "")
+
+    @property
+    def token_authenticated(self) -> bool:
+        """Authenticated with a delegation token (which may not create or renew tokens)."""
+        return bool(getattr(self._server, "token_authenticated", False))
+
     def _complete(self) -> int:
         """Authenticated: set the principal; the session lifetime in ms (0 = unlimited)."""
         assert self._server is not None and self.mechanism is not None
-        principal = KafkaPrincipal("User", self._server.username or "")
+        principal = self._authenticated_principal()
         first = self.principal is None
         self.principal = principal
         self._set_principal(principal)
@@ -209,6 +218,8 @@ class SaslAuthenticator:
         self.session_expires = time.monotonic() + lifetime / 1000 if lifetime else None
         if first:
             log.info("Authenticated %s as %s with SASL mechanism %s", self._describe(), principal, self.mechanism)
+        else:
+            log.debug("Re-authenticated %s as %s", self._describe(), principal)
         return lifetime
 
     def _session_lifetime_ms(self) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kafkacompat.controller.client_quotas import USERS_PATH, desanitize, sanitize
 from kafkacompat.controller.store import BadVersionError, MetadataStore, NodeExistsError, encode_json
@@ -20,6 +20,9 @@ from kafkacompat.security.scram import (
     credential_from_salted,
 )
 from kafkacompat.wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from kafkacompat.security.tokens import DelegationTokens
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -47,14 +50,17 @@ def _config_of(data: bytes | None) -> dict[str, str]:
 
 
 class ScramCredentialStore:
-    def __init__(self, open_store: Callable[[], MetadataStore]) -> None:
+    def __init__(self, open_store: Callable[[], MetadataStore], tokens: "DelegationTokens | None" = None) -> None:
         self._open_store = open_store
+        self.tokens = tokens  # delegation tokens log in with SCRAM too (the tokenauth extension)
 
     @property
     def store(self) -> MetadataStore:
         return self._open_store()
 
-    async def lookup(self, mechanism: str, username: str) -> ScramCredential | None:
+    async def lookup(self, mechanism: str, username: str, token: bool = False) -> ScramCredential | None:
+        if token:
+            return await self.tokens.scram_credential(mechanism, username) if self.tokens is not None else None
         found = await self.store.get_or_none(f"{USERS_PATH}/{sanitize(username)}")
         text = _config_of(found[0] if found else None).get(mechanism)
         if text is None:

@@ -42,7 +42,7 @@ def listener_security(config: "BrokerConfig", listener: "ServedListener",
     if listener.uses_tls:
         from kafkacompat.security.tls import server_context
 
-        security.ssl_context = server_context(config, listener.name)
+        security.ssl_context = server_context(config, listener.name, listener.protocol)
         try:
             security.principal_mapper = PrincipalMapper(config.listener_value(listener.name, "ssl.principal.mapping.rules"))
         except ValueError as exc:

@@ -11,13 +11,15 @@ import json
 import time
 from typing import Awaitable, Callable, Protocol
 
+from kafkacompat.security.principal import KafkaPrincipal
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramCredential, ScramError, ScramServer
 
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
 SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
 
-CredentialLookup = Callable[[str, str], Awaitable["ScramCredential | None"]]
+# (mechanism, user name or token id, whether it is a delegation token) -> the credential or None
+CredentialLookup = Callable[[str, str, bool], Awaitable["ScramCredential | None"]]
 
 
 class AuthenticationFailed(Exception):
@@ -105,6 +107,16 @@ class ScramMechanismServer:
     @property
     def complete(self) -> bool:
         return self._server.complete
+
+    @property
+    def principal(self) -> KafkaPrincipal | None:
+        """A delegation token's owner; None: User:<username>."""
+        owner = self._server.owner
+        return KafkaPrincipal.parse(owner) if owner else None
+
+    @property
+    def token_authenticated(self) -> bool:
+        return self._server.complete and self._server.token_authenticated
 
     async def evaluate(self, token: bytes) -> bytes:
         try:

@@ -38,6 +38,7 @@ class ScramCredential:
     stored_key: bytes
     server_key: bytes
     iterations: int
+    owner: str | None = None  # a delegation token's owner principal ("User:alice"); never stored
 
     def to_text(self) -> str:
         encode = lambda data: base64.b64encode(data).decode()  # noqa: E731
@@ -78,7 +79,7 @@ def _attributes(message: str) -> dict[str, str]:
     attributes = {}
     for item in message.split(","):
         key, sep, value = item.partition("=")
-        if not sep or len(key) != 1:
+        if not sep or not key:
             raise ScramError(f"malformed SCRAM attribute {key[:20]!r}")
         attributes[key] = value
     return attributes
@@ -102,8 +103,14 @@ class ScramServer:
         self.complete = False
         self.credential_lifetime_ms: int | None = None
         self._known = False
+        self.token_authenticated = False
         self._credential: ScramCredential | None = None
         self._client_first_bare = self._server_first = self._nonce = self._gs2_header = ""
+
+    @property
+    def owner(self) -> str | None:
+        """The owner principal of the delegation token that authenticated, if one did."""
+        return self._credential.owner if self.complete and self._credential is not None else None
 
     async def evaluate(self, token: bytes) -> bytes:
         if self._credential is None:
@@ -125,10 +132,12 @@ class ScramServer:
         username = _decode_username(attributes["n"])
         if authzid and _decode_username(authzid[2:]) != username:
             raise ScramError("the authorization id differs from the user name")
-        if any(key not in "nrm" for key in attributes) and attributes.get("m"):
+        if attributes.get("m"):
             raise ScramError("mandatory SCRAM extensions are not supported")
         self.username = username
-        stored = await self._lookup(self.mechanism, username)
+        # Kafka's extension: the user name is a delegation token id, the password its HMAC
+        self.token_authenticated = attributes.get("tokenauth", "").lower() == "true"
+        stored = await self._lookup(self.mechanism, username, self.token_authenticated)
         self._known = stored is not None
         self._credential = stored if stored is not None else _fake_credential(self.mechanism, username)
         self._gs2_header = f"{flag},{authzid},"
@@ -176,11 +185,13 @@ class ScramServer:
 class ScramClient:
     """The client side, for the inter-broker connections."""
 
-    def __init__(self, mechanism: str, username: str, password: str) -> None:
+    def __init__(self, mechanism: str, username: str, password: str, *, token: bool = False) -> None:
         self.hash_name = MECHANISMS[mechanism]
         self.username, self.password = username, password
         self._nonce = secrets.token_urlsafe(24)
         self._client_first_bare = f"n={username.replace('=', '=3D').replace(',', '=2C')},r={self._nonce}"
+        if token:
+            self._client_first_bare += ",tokenauth=true"
         self._server_signature = b""
 
     def first(self) -> bytes:

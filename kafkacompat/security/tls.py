@@ -10,6 +10,7 @@ opened with ``ssl.key.password``.
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import tempfile
@@ -22,6 +23,8 @@ from kafkacompat.security.principal_mapping import PrincipalMapper, distinguishe
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
 
+log = logging.getLogger("kafkacompat.security")
+
 _PROTOCOL_VERSIONS = {
     "TLSv1": ssl.TLSVersion.TLSv1, "TLSv1.1": ssl.TLSVersion.TLSv1_1,
     "TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3,
@@ -29,17 +32,29 @@ _PROTOCOL_VERSIONS = {
 _CLIENT_AUTH = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
 
 
-def server_context(config: "BrokerConfig", listener: str) -> ssl.SSLContext:
+def server_context(config: "BrokerConfig", listener: str, protocol: str = "SSL") -> ssl.SSLContext:
     """The listener's server context; a StartupError says what is missing or unreadable."""
     value = lambda key: config.listener_value(listener, key)  # noqa: E731
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _load_key_store(context, value, listener)
-    client_auth = value("ssl.client.auth")
+    client_auth = _client_auth(config, listener, protocol)
     context.verify_mode = _CLIENT_AUTH[client_auth]
     if client_auth != "none":
         _load_trust_store(context, value, listener, required=True)
     _restrict(context, value, listener)
     return context
+
+
+def _client_auth(config: "BrokerConfig", listener: str, protocol: str) -> str:
+    """Kafka (ChannelBuilders): on a SASL_SSL listener ssl.client.auth applies only when set with
+    the listener's prefix."""
+    client_auth = config.listener_value(listener, "ssl.client.auth")
+    if protocol != "SASL_SSL" or config.set_for_listener(listener, "ssl.client.auth"):
+        return client_auth
+    if client_auth != "none":
+        log.warning("ssl.client.auth=%s applies to SSL listeners only; for the SASL_SSL listener %s set "
+                    "listener.name.%s.ssl.client.auth", client_auth, listener, listener.lower())
+    return "none"
 
 
 def client_context(config: "BrokerConfig", listener: str) -> ssl.SSLContext:

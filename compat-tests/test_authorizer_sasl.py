@@ -22,11 +22,12 @@ from confluent_kafka.admin import (
 from kafkacompat.testing.process import BrokerProcess, free_port
 
 pytest.register_assert_rewrite("clients")
-from clients import first_consume_error, first_produce_error  # noqa: E402
+from clients import first_consume_error, first_produce_error, request_class, response_class  # noqa: E402
 
 USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 TIMEOUT = 15
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 29, 30, 31
+CREATE_ACLS, USER_RESOURCE, DESCRIBE_TOKENS = 30, 7, 14
 
 
 class Cluster:
@@ -55,6 +56,7 @@ def cluster(tmp_path_factory) -> Cluster:
         "super.users=User:admin",
         "allow.everyone.if.no.acl.found=false",
         "group.initial.rebalance.delay.ms=0",
+        "delegation.token.secret.key=token-signing-secret",
     ]) + "\n")
     broker = BrokerProcess(base / "data", extra_args=["--config", str(properties)]).start()
     yield Cluster(broker, port)
@@ -141,3 +143,30 @@ def test_a_deny_for_one_user_leaves_the_others(cluster):
             AclPermissionType.ANY)]).values()
         assert len(future.result(timeout=TIMEOUT)) >= 2
     assert first_produce_error(cluster.conf("bob"), "orders") == TOPIC_AUTHORIZATION_FAILED
+
+
+def test_delegation_tokens_are_visible_to_their_owner_and_to_who_may_describe_them(cluster):
+    from test_security import _header, _logged_in, create_token, describe_tokens
+
+    address = f"127.0.0.1:{cluster.sasl_port}"
+    alice = _logged_in(address, "alice", USERS["alice"])
+    error, owner, token_id, _ = create_token(alice)
+    assert (error, owner) == (0, "User:alice")
+
+    def visible_to(user: str) -> list[str]:
+        error, tokens = describe_tokens(_logged_in(address, user, USERS[user]))
+        assert error == 0
+        return [described for _, described, _ in tokens]
+
+    assert token_id in visible_to("alice") and token_id in visible_to("admin")
+    assert token_id not in visible_to("bob")
+    # DESCRIBE_TOKENS on the owner (confluent-kafka has neither the USER resource type nor that
+    # operation: a raw CreateAcls v1 by the super user).
+    creation = request_class(CREATE_ACLS).AclCreation(
+        resource_type=USER_RESOURCE, resource_name="User:alice", resource_pattern_type=3, principal="User:bob",
+        host="*", operation=DESCRIBE_TOKENS, permission_type=3)
+    admin_raw = _logged_in(address, "admin", USERS["admin"])
+    admin_raw.send(_header(CREATE_ACLS, 1) + bytes(request_class(CREATE_ACLS)(creations=[creation]).encode(version=1)))
+    (result,) = response_class(CREATE_ACLS).decode(admin_raw.receive()[4:], version=1).results
+    assert result.error_code == 0
+    assert token_id in visible_to("bob")

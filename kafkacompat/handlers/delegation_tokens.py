@@ -2,12 +2,15 @@
 DescribeDelegationToken (v1-3) with Kafka's checks (KafkaApis): token requests only on a SASL or
 mutually authenticated SSL connection that did not itself log in with a token
 (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED), renewers of type User (INVALID_PRINCIPAL_TYPE); the
-tokens themselves in security/tokens.py. Without an authorizer a client may create a token for
-another owner and describe every token, as Kafka allows when every operation is authorized."""
+tokens themselves in security/tokens.py. Creating a token for another owner needs CREATE_TOKENS on
+that user; a client sees its own tokens (as owner or renewer) and those it may DESCRIBE (DESCRIBE
+on the token, or DESCRIBE_TOKENS on its owner). Without an authorizer everything is allowed, so
+every token is visible, as in Kafka."""
 
 from __future__ import annotations
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
@@ -56,6 +59,9 @@ async def handle_create_delegation_token(request, ctx: RequestContext):
     error = _disabled_or_refused(ctx)
     if error is None and any(r.principal_type != "User" for r in renewers):
         error = ErrorCode.INVALID_PRINCIPAL_TYPE
+    if error is None and owner != requester and not ctx.authorize(AclOperation.CREATE_TOKENS, ResourceType.USER,
+                                                                  str(owner)):
+        error = ErrorCode.DELEGATION_TOKEN_AUTHORIZATION_FAILED
     fields = dict(principal_type=owner.principal_type, principal_name=owner.name, throttle_time_ms=0,
                   **_requester_fields(requester, ctx.version))
     if error is None:
@@ -90,6 +96,13 @@ async def handle_expire_delegation_token(request, ctx: RequestContext):
                         expiry_timestamp_ms=result.expiry_timestamp, throttle_time_ms=0)
 
 
+def _may_describe(ctx: RequestContext, requester: KafkaPrincipal, token) -> bool:
+    """Kafka's DelegationTokenManager.filterToken for the requester."""
+    return (token.owner_or_renewer(requester)
+            or ctx.authorize(AclOperation.DESCRIBE, ResourceType.DELEGATION_TOKEN, token.token_id, log_denied=False)
+            or ctx.authorize(AclOperation.DESCRIBE_TOKENS, ResourceType.USER, str(token.owner), log_denied=False))
+
+
 @handles(DESCRIBE_DELEGATION_TOKEN, 1, 3)
 async def handle_describe_delegation_token(request, ctx: RequestContext):
     token_cls = response_class(DESCRIBE_DELEGATION_TOKEN).DescribedDelegationToken
@@ -99,7 +112,8 @@ async def handle_describe_delegation_token(request, ctx: RequestContext):
         return response_for(DESCRIBE_DELEGATION_TOKEN, ctx, error_code=error, tokens=[], throttle_time_ms=0)
     owners = None if request.owners is None else [KafkaPrincipal(o.principal_type, o.principal_name)
                                                    for o in request.owners]
-    tokens = await ctx.services.tokens.describe(owners)
+    requester = _requester(ctx)
+    tokens = [t for t in await ctx.services.tokens.describe(owners) if _may_describe(ctx, requester, t)]
     return response_for(DESCRIBE_DELEGATION_TOKEN, ctx, error_code=ErrorCode.NONE, throttle_time_ms=0, tokens=[
         token_cls(principal_type=t.owner.principal_type, principal_name=t.owner.name,
                   **_requester_fields(t.requester, ctx.version),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kafkacompat.controller.client_quotas import ClientQuotaStore
+    from kafkacompat.controller.reassignment import Reassignment
     from kafkacompat.controller.state import BrokerInfo, PartitionState
     from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.replication.partition import Partition
@@ -62,6 +63,13 @@ class AdminOps(Protocol):
 
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
                             ) -> dict[tuple[str, int], tuple[int, str | None]]: ...
+
+    async def alter_partition_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> dict[tuple[str, int], tuple[int, str | None]]: ...
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], "Reassignment"]: ...
 
     async def refresh(self) -> None: ...
 

@@ -288,6 +288,11 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
     if partition is None:
         if topic is None and use_ids:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif topic is not None and 0 <= wanted.partition < topic.partitions:
+            result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: it exists, hosted elsewhere
+            state = ctx.metadata.partition_state(topic.name, wanted.partition)
+            if ctx.version >= 12 and state is not None and state.leader >= 0:
+                result.current_leader = (state.leader, state.leader_epoch)
         else:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result, None

@@ -237,8 +237,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
         result.error_message = exc.message
         if isinstance(exc, RecordErrors):
             result.record_errors = exc.record_errors
-        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition is not None and partition.leader_id >= 0:
-            result.current_leader = (partition.leader_id, partition.leader_epoch)
+        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            result.current_leader = _current_leader(ctx, partition, name, topic_id, data.index)
         log.debug("Produce to %s-%d from %s failed: %s", name, data.index, ctx.client_id, exc)
         return result
     except OSError as exc:
@@ -351,6 +351,15 @@ def _check_timestamps(records: memoryview, headers: list[BatchHeader], config: "
                            "One or more records have been rejected due to invalid timestamp", errors)
 
 
+def _current_leader(ctx: RequestContext, partition, name: str, topic_id, index: int) -> tuple[int, int] | None:
+    """KIP-951: where the leader is, from the partition hosted here or else the metadata."""
+    if partition is not None:
+        return (partition.leader_id, partition.leader_epoch) if partition.leader_id >= 0 else None
+    topic = ctx.metadata.topic(name) if name else ctx.metadata.topic_by_id(topic_id)
+    state = ctx.metadata.partition_state(topic.name, index) if topic is not None else None
+    return (state.leader, state.leader_epoch) if state is not None and state.leader >= 0 else None
+
+
 def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
     if name:
         topic = ctx.metadata.topic(name)
@@ -364,6 +373,9 @@ def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"clients cannot produce to internal topic {topic.name}")
     partition = ctx.replicas.partition(topic.name, index)
     if partition is None:
+        if 0 <= index < topic.partitions:  # Kafka: the partition exists, this broker is not its leader
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"this broker is not a replica of {topic.name}-{index} (it moved or is moving)")
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} has no partition {index}")
     return partition
 

@@ -214,7 +214,7 @@ class ReplicaManager:
         self.fetchers.remove_partition((topic, index))
         partition = self.partitions.pop((topic, index), None)
         if partition is not None:
-            partition.wake_waiters()
+            partition.stop_serving()
         for listener in self._listeners:
             try:
                 listener.on_partition_removed(topic, index)

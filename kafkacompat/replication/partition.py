@@ -193,6 +193,14 @@ class Partition:
         self.wake_waiters()
         return True
 
+    def stop_serving(self) -> None:
+        """The partition left this broker (moved away or deleted): it leads nothing any more, and
+        requests waiting on it (acks=all produces, long polls) are answered now, not at their
+        timeout."""
+        self.leader_id = -1
+        self.followers = {}
+        self.wake_waiters()
+
     def check_leader(self) -> None:
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,

@@ -40,6 +40,7 @@ ME, OTHER = "User:ANONYMOUS", "User:alice"
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 LITERAL, PREFIXED = ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED
 METADATA, DESCRIBE_CLUSTER, CREATE_ACLS, LIST_OFFSETS, CREATE_TOPICS = 3, 60, 30, 2, 19
+LIST_REASSIGNMENTS, DESCRIBE_LOG_DIRS = 46, 35
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
 INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
@@ -324,6 +325,11 @@ def test_super_users_may_do_anything_and_nothing_is_allowed_without_acls(tmp_pat
             future.result(timeout=TIMEOUT)
         assert raised.value.args[0].code() == CLUSTER_AUTHORIZATION_FAILED
         assert metadata_topics(closed, None) == {}
+        with RawConnection(closed.bootstrap) as conn:   # cluster operations: DESCRIBE on the cluster
+            assert conn.call(request_class(LIST_REASSIGNMENTS)(timeout_ms=1000, topics=None),
+                             response_class(LIST_REASSIGNMENTS), 0).error_code == CLUSTER_AUTHORIZATION_FAILED
+            log_dirs = conn.call(request_class(DESCRIBE_LOG_DIRS)(topics=None), response_class(DESCRIBE_LOG_DIRS), 3)
+            assert (log_dirs.error_code, log_dirs.results) == (CLUSTER_AUTHORIZATION_FAILED, [])
 
         create_topic(superuser, topic)
         create_acls(superuser, acl(ResourceType.TOPIC, topic, ME, AclOperation.ALL, DENY))

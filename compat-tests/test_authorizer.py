@@ -47,7 +47,7 @@ INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
 
 
 def authorizer_args(*extra: str, allow_if_no_acl: bool = True) -> list[str]:
-    return ["--set", f"authorizer.class.name={AUTHORIZER}",
+    return ["--set", f"authorizer.class.name={AUTHORIZER}", "--set", "group.initial.rebalance.delay.ms=0",
             "--set", f"allow.everyone.if.no.acl.found={str(allow_if_no_acl).lower()}", *extra]
 
 

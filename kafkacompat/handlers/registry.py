@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
+    from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
 
@@ -31,7 +32,7 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator and the producer ids."""
+    hosted here, the group and transaction coordinators and the producer ids."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -40,6 +41,7 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    transactions: "TransactionCoordinator | None" = None
 
 
 @dataclass(slots=True)

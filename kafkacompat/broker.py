@@ -164,7 +164,8 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir, transactions=self.transactions)
+                                      self.producer_ids, self.data_dir, txn_verifier=self.txn_verifier,
+                                      transactions=self.transactions)
         return self._services
 
     async def dispatch(

@@ -1,0 +1,178 @@
+"""The partition side of transactions: markers complete a producer's transaction, the last
+stable offset, the aborted-transaction index (.txnindex, Kafka's byte format), snapshots carrying
+open transactions, recovery rebuilding the index, truncation, and the marker checks."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from kafkacompat.log import LogConfig, PartitionLog
+from kafkacompat.log.txn_index import ENTRY_SIZE, AbortedTxn
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.records import TxnMarker, new_marker_batch, read_header, read_txn_marker
+
+try:
+    from test_producer_state import NOW, OTHER, PID, idem_batch, produce
+except ImportError:  # tests/ imported as a package
+    from tests.test_producer_state import NOW, OTHER, PID, idem_batch, produce
+
+TXN = 0x10
+
+
+def txn_batch(producer_id: int, sequence: int, epoch: int = 0, count: int = 3) -> bytearray:
+    return idem_batch(producer_id, epoch, sequence, count, attributes=TXN)
+
+
+def marker(log: PartitionLog, producer_id: int, committed: bool, *, epoch: int = 0, coordinator_epoch: int = 0,
+           transaction_version: int = 0) -> int:
+    """What WriteTxnMarkers does on the leader: check, then append the control batch."""
+    log.producer_state.check_marker(producer_id, epoch, coordinator_epoch, transaction_version)
+    batch = memoryview(new_marker_batch(producer_id, epoch, TxnMarker(committed, coordinator_epoch), NOW))
+    return log.append(batch, [read_header(batch)]).first_offset
+
+
+def lso(log: PartitionLog) -> int:
+    return log.last_stable_offset(log.log_end_offset)
+
+
+@pytest.fixture
+def log(tmp_path):
+    opened = PartitionLog.open(tmp_path / "orders-0", "orders", 0, LogConfig())
+    yield opened
+    opened.close()
+
+
+def txnindex_bytes(log: PartitionLog) -> bytes:
+    names = sorted(n for n in os.listdir(log.dir) if n.endswith(".txnindex"))
+    return b"".join((log.dir / n).read_bytes() for n in names)
+
+
+def test_the_marker_batch_has_kafkas_control_layout():
+    batch = new_marker_batch(PID, 3, TxnMarker(False, 7), NOW)
+    header = read_header(batch)
+    assert header.is_control and header.is_transactional and header.compression == 0
+    assert (header.producer_id, header.producer_epoch, header.base_sequence, header.records_count) == (PID, 3, -1, 1)
+    # the record: key = version 0, type 0 (ABORT); value = version 0, coordinator epoch 7
+    assert bytes(batch[-13:]) == bytes([0x08]) + struct.pack(">hh", 0, 0) + bytes([0x0c]) + struct.pack(">hi", 0, 7) + b"\x00"
+    assert read_txn_marker(batch, header) == TxnMarker(False, 7)
+    assert read_txn_marker(new_marker_batch(PID, 3, TxnMarker(True, 2), NOW), header) == TxnMarker(True, 2)
+
+
+def test_the_lso_stops_at_the_first_open_transaction_and_moves_on_markers(log):
+    produce(log, idem_batch(OTHER, 0, 0))  # 0-2: idempotent, not transactional
+    produce(log, txn_batch(PID, 0))  # 3-5
+    produce(log, txn_batch(OTHER + 1, 0))  # 6-8
+    assert lso(log) == 3
+    assert log.last_stable_offset(2) == 2  # never above the high watermark
+    marker(log, PID, True)  # 9
+    assert log.last_stable_offset(9) == 3, "a marker the high watermark has not passed keeps its transaction unstable"
+    assert lso(log) == 6
+    marker(log, OTHER + 1, False)  # 10
+    assert lso(log) == log.log_end_offset == 11
+    assert log.aborted_transactions(0, 11) == [AbortedTxn(OTHER + 1, 6, 10, 11)]
+    assert txnindex_bytes(log) == struct.pack(">hqqqq", 0, OTHER + 1, 6, 10, 11)
+
+
+def test_an_abort_records_the_lso_of_the_other_open_transactions(log):
+    produce(log, txn_batch(PID, 0))  # 0-2
+    produce(log, txn_batch(OTHER, 0))  # 3-5
+    marker(log, OTHER, False)  # 6: PID's transaction from 0 is still open
+    assert log.aborted_transactions(0, 7) == [AbortedTxn(OTHER, 3, 6, 0)]
+    assert log.aborted_transactions(7, 7) == []
+    assert log.aborted_transactions(0, 3) == []  # fetched range ends before the aborted data
+
+
+def test_marker_checks_follow_kafkas_producer_append_info(log):
+    produce(log, txn_batch(PID, 0, epoch=2))
+    with pytest.raises(KafkaError) as caught:
+        marker(log, PID, True, epoch=1)
+    assert caught.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as caught:
+        marker(log, PID, True, epoch=2, transaction_version=2)  # TV2 markers carry the bumped epoch
+    assert caught.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    marker(log, PID, True, epoch=3, coordinator_epoch=5, transaction_version=2)
+    marker(log, PID, True, epoch=3, coordinator_epoch=5, transaction_version=2)  # a retried TV2 marker
+    with pytest.raises(KafkaError) as caught:
+        marker(log, PID, False, epoch=3, coordinator_epoch=4)
+    assert caught.value.code == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    entry = log.producer_state.producers[PID]
+    assert (entry.producer_epoch, entry.coordinator_epoch, entry.current_txn_first_offset) == (3, 5, -1)
+
+
+def test_a_clean_restart_keeps_open_transactions_and_the_index(tmp_path):
+    directory = tmp_path / "orders-0"
+    log = PartitionLog.open(directory, "orders", 0, LogConfig())
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    produce(log, txn_batch(OTHER, 0))  # 4-6, stays open
+    end = log.log_end_offset
+    log.close()
+    reopened = PartitionLog.open(directory, "orders", 0, LogConfig(), recovery_point=end)
+    try:
+        assert reopened.recovered_segments == 0
+        assert reopened.producer_state.ongoing == {OTHER: 4}
+        assert lso(reopened) == 4
+        assert reopened.aborted_transactions(0, end) == [AbortedTxn(PID, 0, 3, 4)]
+        marker(reopened, OTHER, True)
+        assert lso(reopened) == reopened.log_end_offset
+    finally:
+        reopened.close()
+
+
+def test_recovery_rebuilds_the_index_and_the_open_transactions(tmp_path):
+    """An unclean stop (no snapshot at the end, recovery point 0, .txnindex lost)."""
+    directory = tmp_path / "orders-0"
+    log = PartitionLog.open(directory, "orders", 0, LogConfig(segment_bytes=400))
+    produce(log, txn_batch(PID, 0))
+    marker(log, PID, False)
+    produce(log, txn_batch(OTHER, 0))
+    produce(log, txn_batch(PID, 3))
+    marker(log, PID, False)
+    produce(log, txn_batch(PID + 5, 0))
+    expected = log.aborted_transactions(0, log.log_end_offset)
+    index = txnindex_bytes(log)
+    assert len(expected) == 2 and len(index) == 2 * ENTRY_SIZE and log.segment_count > 1
+    ongoing = dict(log.producer_state.ongoing)
+    for segment in log.segments():
+        segment.close()  # a crash: no snapshot at the log end, nothing flushed
+    for name in os.listdir(directory):
+        if name.endswith((".txnindex", ".snapshot")):
+            os.unlink(directory / name)
+    recovered = PartitionLog.open(directory, "orders", 0, LogConfig(segment_bytes=400), recovery_point=0)
+    try:
+        assert recovered.recovered_segments == recovered.segment_count
+        assert recovered.aborted_transactions(0, recovered.log_end_offset) == expected
+        assert txnindex_bytes(recovered) == index
+        assert recovered.producer_state.ongoing == ongoing
+        assert lso(recovered) == min(ongoing.values())
+    finally:
+        recovered.close()
+
+
+def test_truncation_drops_index_entries_and_reopens_transactions(log):
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    log.truncate_to(3)
+    assert log.aborted_transactions(0, 10) == []
+    assert txnindex_bytes(log) == b""
+    assert log.producer_state.ongoing == {PID: 0}
+    assert lso(log) == 0
+
+
+def test_a_follower_append_maintains_the_same_state(tmp_path, log):
+    produce(log, txn_batch(PID, 0))
+    marker(log, PID, False)
+    follower = PartitionLog.open(tmp_path / "replica" / "orders-0", "orders", 0, LogConfig())
+    try:
+        data = bytearray(log.read(0, 1 << 20).read_all())
+        view = memoryview(data)
+        from kafkacompat.wire.records import iter_batches
+        follower.append(view, list(iter_batches(view)), assign_offsets=False)
+        assert follower.aborted_transactions(0, 10) == log.aborted_transactions(0, 10)
+        assert txnindex_bytes(follower) == txnindex_bytes(log)
+        assert lso(follower) == lso(log) == 4
+    finally:
+        follower.close()

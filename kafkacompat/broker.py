@@ -62,6 +62,7 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
         self._services = None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 
+from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.transactions.coordinator import TV0, TV2, TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
@@ -216,3 +217,50 @@ async def handle_list_transactions(request, ctx: RequestContext):
     return response_for(LIST_TRANSACTIONS, ctx, throttle_time_ms=0, error_code=error, unknown_state_filters=unknown,
                         transaction_states=states)
 
+
+
+# ---- TxnOffsetCommit -----------------------------------------------------------------------------
+
+TXN_OFFSET_COMMIT = 28
+
+
+@handles(TXN_OFFSET_COMMIT, 0, _kafka_max(TXN_OFFSET_COMMIT, 5))
+async def handle_txn_offset_commit(request, ctx: RequestContext):
+    from kafkacompat.groups.coordinator import CommitPartition
+
+    version = ctx.version
+    shape = [(topic.name, [p.partition_index for p in topic.partitions]) for topic in request.topics]
+    partitions = [CommitPartition(topic.name, p.partition_index, p.committed_offset,
+                                  p.committed_leader_epoch if version >= 2 else -1, p.committed_metadata)
+                  for topic in request.topics for p in topic.partitions]
+    error = await _verify_offsets_partition(request, ctx)
+    if error:
+        errors = [error] * len(partitions)
+    else:
+        errors = await ctx.groups.txn_commit_offsets(
+            request.group_id, request.producer_id, request.producer_epoch,
+            request.generation_id if version >= 3 else -1, (request.member_id or "") if version >= 3 else "",
+            request.group_instance_id if version >= 3 else None, partitions)
+    errors = [fenced_error(e, version, 3) for e in errors]
+    topic_cls = response_class(TXN_OFFSET_COMMIT).TxnOffsetCommitResponseTopic
+    partition_cls = topic_cls.TxnOffsetCommitResponsePartition
+    it = iter(errors)
+    topics = [topic_cls(name=name, partitions=[partition_cls(partition_index=i, error_code=next(it)) for i in ids])
+              for name, ids in shape]
+    return response_for(TXN_OFFSET_COMMIT, ctx, throttle_time_ms=0, topics=topics)
+
+
+async def _verify_offsets_partition(request, ctx: RequestContext) -> int:
+    """The group's __consumer_offsets partition must be in the producer's transaction: verified
+    with its coordinator (AddOffsetsToTxn added it), or added by v5 (transaction version 2)."""
+    if not request.group_id:
+        return ErrorCode.INVALID_GROUP_ID
+    if not ctx.groups.is_coordinator_for(request.group_id):
+        return ErrorCode.NOT_COORDINATOR
+    partition = (OFFSETS_TOPIC, ctx.groups.partition_for(request.group_id))
+    answers = await ctx.services.txn_verifier.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, [partition], ctx.version < 5)
+    error = answers.get(partition, ErrorCode.INVALID_TXN_STATE)
+    if error == ErrorCode.TRANSACTION_ABORTABLE and ctx.version < 5:
+        return ErrorCode.INVALID_TXN_STATE  # clients before KIP-890 do not know TRANSACTION_ABORTABLE
+    return error

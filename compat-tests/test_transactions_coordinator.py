@@ -191,6 +191,109 @@ def test_a_hung_transaction_is_aborted_by_its_timeout(txn_broker):
     assert "timed out after 1000 ms; aborting it" in txn_broker.output()
 
 
+# ---- kafkajs, aiokafka and kafka-python 3 -----------------------------------------------------------
+
+
+def _committed_and_aborted(prefix: str) -> tuple[list[bytes], list[bytes]]:
+    return ([b"%s-committed-%d" % (prefix.encode(), i) for i in range(2)],
+            [b"%s-aborted-%d" % (prefix.encode(), i) for i in range(2)])
+
+
+def test_kafkajs_transactions_read_back_by_kafka_python(txn_broker):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    js = Path(__file__).parent / "js"
+    assert (js / "node_modules" / "kafkajs").is_dir(), f"run: cd {js} && npm install --no-audit --no-fund"
+    topic = _topic(txn_broker, 2)
+    done = subprocess.run(["node", str(js / "transactions.js"), txn_broker.bootstrap, topic, _id("kafkajs")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout) == {"committed": True, "aborted": True}
+    committed, aborted = _committed_and_aborted("kafkajs")
+    consumer = KafkaConsumer(bootstrap_servers=txn_broker.bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([KpTopicPartition(topic, 0), KpTopicPartition(topic, 1)])
+    consumer.seek_to_beginning()
+    assert sorted(record.value for record in consumer) == committed
+    consumer.close()
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
+def test_kafka_python_transactions_read_back_by_aiokafka(txn_broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+    from kafka import KafkaProducer
+
+    topic = _topic(txn_broker, 2)
+    producer = KafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id=_id("kafka-python"))
+    producer.init_transactions()
+    committed, aborted = _committed_and_aborted("kafka-python")
+    producer.begin_transaction()
+    for i, value in enumerate(committed):
+        producer.send(topic, value=value, partition=i)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    for i, value in enumerate(aborted):
+        producer.send(topic, value=value, partition=i)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close()
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=txn_broker.bootstrap, isolation_level="read_committed",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = [AioTopicPartition(topic, 0), AioTopicPartition(topic, 1)]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            ends = await consumer.end_offsets(partitions)  # read_committed: the last stable offsets
+            values = []
+            while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    values.extend(record.value for record in records)
+            return sorted(values)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(consume()) == committed
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
+def test_aiokafka_transactions_read_back_by_confluent_kafka(txn_broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = _topic(txn_broker, 2)
+    committed, aborted = _committed_and_aborted("aiokafka")
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id=_id("aiokafka"))
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i, value in enumerate(committed):
+                    await producer.send_and_wait(topic, value=value, partition=i)
+            await producer.begin_transaction()
+            for i, value in enumerate(aborted):
+                await producer.send_and_wait(topic, value=value, partition=i)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    assert read_all(txn_broker, topic, 2, "read_committed") == committed
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
 # ---- restarts --------------------------------------------------------------------------------------
 
 

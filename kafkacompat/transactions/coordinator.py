@@ -129,11 +129,11 @@ class TransactionCoordinator:
         index = self.partition_for(transactional_id)
         if index in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if index not in self.owned:
-            if not self.clustered and self.topic() is None:
+        if index not in self.owned and not self.clustered:
+            if self.topic() is None:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return ErrorCode.NOT_COORDINATOR
-        return ErrorCode.NONE
+            self.on_topic_created()  # created by someone else (CreateTopics): a single node owns it all
+        return ErrorCode.NONE if index in self.owned else ErrorCode.NOT_COORDINATOR
 
     async def _write(self, metadata: TransactionMetadata, transit: Transit, coordinator_epoch: int) -> int:
         """Write ``transit`` with acks=-1 and apply it (0), or abandon it and return the error."""
@@ -528,6 +528,13 @@ class TransactionCoordinator:
         self._spawn(self._write_markers_and_complete, metadata, coordinator_epoch)
 
     async def _write_markers_and_complete(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
+        try:
+            await self._complete_transaction(metadata, coordinator_epoch)
+        except Exception:
+            # The state stays PrepareCommit/PrepareAbort: the partition's next leader resumes it.
+            log.exception("Completing the transaction of transactional id %r failed", metadata.transactional_id)
+
+    async def _complete_transaction(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
         tid = metadata.transactional_id
         committed = metadata.state == TxnState.PREPARE_COMMIT
         remaining = set(metadata.partitions)
@@ -559,6 +566,7 @@ class TransactionCoordinator:
         while self._still_owns(metadata, coordinator_epoch):
             if metadata.pending_state is not None:
                 await trio.sleep(delay)
+                delay = min(delay * 2, _MARKER_RETRY_MAX_S)
                 continue
             error = await self._write(metadata, metadata.prepare_complete(self.wall_clock()), coordinator_epoch)
             if error in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
@@ -602,9 +610,8 @@ class TransactionCoordinator:
                 continue
             if producer_ids and metadata.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and not (metadata.state == TxnState.ONGOING
-                                             and now - metadata.start_ms > min_duration_ms):
-                continue
+            if min_duration_ms >= 0 and now - metadata.start_ms <= min_duration_ms:
+                continue  # as Kafka: running no longer than the filter (start -1 never is)
             matches.append(metadata)
         return ErrorCode.NONE, unknown, matches
 

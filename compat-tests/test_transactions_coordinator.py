@@ -294,6 +294,31 @@ def test_aiokafka_transactions_read_back_by_confluent_kafka(txn_broker):
     assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
 
 
+def test_an_idle_transactional_id_expires(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", extra_args=[
+        "--set", "transactional.id.expiration.ms=500",
+        "--set", "transaction.remove.expired.transaction.cleanup.interval.ms=100"]).start()
+    try:
+        topic = _topic(broker, 1)
+        tid = _id("expiring")
+        producer = _producer(broker, tid)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"kept")
+        producer.commit_transaction(30)
+        first_id = describe(broker, tid).producer_id
+        assert wait_for_state(broker, tid, "")  # TRANSACTIONAL_ID_NOT_FOUND: the id is gone
+        assert describe(broker, tid).error_code == 105
+        assert "Transactional id %r expired" % tid in broker.output()
+        again = _producer(broker, tid)  # a new producer id: the old state is gone
+        again.begin_transaction()
+        again.produce(topic, value=b"after-expiry")
+        again.commit_transaction(30)
+        assert describe(broker, tid).producer_id != first_id
+        assert read_all(broker, topic, 1, "read_committed") == [b"after-expiry", b"kept"]
+    finally:
+        broker.kill()
+
+
 # ---- restarts --------------------------------------------------------------------------------------
 
 

@@ -447,6 +447,60 @@ def test_transaction_version_2_bumps_the_epoch_on_every_end(txn_broker):
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
 
 
+def _produce_transactional(conn, version: int, tid: str, topic: str, producer_id: int, epoch: int, sequence: int,
+                           values: list[bytes]) -> int:
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+                                        producer_epoch=epoch, base_sequence=sequence, batch_size=1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+    topic_data = ProduceRequest.TopicProduceData
+    request = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[topic_data(
+        name=topic, partition_data=[topic_data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
+    return conn.call(request, ProduceResponse, version).responses[0].partition_responses[0].error_code
+
+
+def test_transaction_version_2_end_to_end_without_add_partitions_or_add_offsets(txn_broker):
+    """What a Kafka 4 producer does with transaction.version 2: Produce v12 (the leader adds the
+    partition), TxnOffsetCommit v5 (the group coordinator adds its partition), EndTxn v5 (the
+    answer's bumped epoch is the next transaction's)."""
+    from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+    topic = _topic(txn_broker, 1)
+    tid, group = _id("tv2-e2e"), _id("tv2-group")
+    with RawConnection(txn_broker.bootstrap) as conn:
+        _find(conn, tid)
+        init = init_producer_id(conn, 5, transactional_id=tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 0, [b"tv2-a", b"tv2-b"]) == 0
+        state = describe(txn_broker, tid)
+        assert (state.transaction_state, [(t.topic, t.partitions) for t in state.topics]) == ("Ongoing", [(topic, [0])])
+        commit_topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        offsets = conn.call(TxnOffsetCommitRequest(
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[commit_topic(name=topic, partitions=[
+                commit_topic.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=2,
+                                                             committed_leader_epoch=-1, committed_metadata="")])]),
+            TxnOffsetCommitResponse, 5)
+        assert [p.error_code for t in offsets.topics for p in t.partitions] == [0]
+        ended = _end(conn, 5, tid, pid, epoch, True)
+        assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
+        assert wait_for_state(txn_broker, tid, "CompleteCommit")
+        # The old epoch is fenced; the new one starts its sequence at 0
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 2, [b"stale"]) in (47, 90)
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch + 1, 0, [b"tv2-aborted"]) == 0
+        aborted = _end(conn, 5, tid, pid, epoch + 1, False)
+        assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+    assert read_all(txn_broker, topic, 1, "read_committed") == [b"tv2-a", b"tv2-b"]
+    consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group})
+    (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    consumer.close()
+    assert committed.offset == 2
+
+
 def test_describe_and_list_transactions(txn_broker):
     from kafka.protocol.admin import (DescribeTransactionsRequest, DescribeTransactionsResponse,
                                       ListTransactionsRequest, ListTransactionsResponse)

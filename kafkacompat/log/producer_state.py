@@ -331,6 +331,9 @@ class ProducerStateManager:
         self.verification_guards.pop(entry.producer_id, None)
         return completed
 
+    def first_open_txn_offset(self) -> int | None:
+        return next(iter(self.ongoing.values()), None)
+
     def first_unstable_offset(self, high_watermark: int) -> int | None:
         """The first offset of an open transaction, or of a completed one whose marker the high
         watermark has not passed (Kafka's firstUnstableOffset); None when there is none."""

@@ -291,3 +291,48 @@ def test_a_restart_keeps_open_transactions_and_the_aborted_index(broker_factory,
     assert latest(broker.bootstrap, topic, committed=True) == 7
     assert confluent_values(broker.bootstrap, topic, "read_committed") == [END]
     assert txnindex(broker.data_dir, topic) == index + struct.pack(">hqqqq", 0, a.producer_id, 1, 5, 6)
+
+
+# ---- a replicated partition whose leader dies -------------------------------------------------------
+
+
+def test_a_new_leader_serves_the_same_lso_and_aborted_transactions(tmp_path):
+    from cluster import ZooKeeperCluster
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = "replicated"
+    fast = ["--set", "replica.lag.time.max.ms=3000", "--set", "replica.fetch.backoff.ms=100"]
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=fast) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 3)
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=20)[topic].result(timeout=30)
+        md = cluster.wait_for(lambda md: topic in md.topics and not md.topics[topic].error
+                              and set(md.topics[topic].partitions[0].isrs) == {0, 1, 2})
+        old = md.topics[topic].partitions[0].leader
+        with RawConnection(cluster.brokers[old].bootstrap) as conn:
+            a, b = Producer.start(conn, "txn-failover-a"), Producer.start(conn, "txn-failover-b")
+            b.send(topic, 0, b"b1")  # 0
+            a.send(topic, 0, b"a1")  # 1: open when the leader dies
+            assert b.end(False, {topic: [0]}) == {(topic, 0): 0}  # 2: answered once replicated
+            produce(conn, topic, 0, records(-1, -1, -1, [b"c1"], transactional=False), transactional_id=None)  # 3
+            before = raw_fetch(conn, topic, isolation_level=1)
+        assert (before.last_stable_offset, batch_offsets(before.records)) == (1, [0])
+        cluster.brokers[old].kill()
+        md = cluster.wait_for(lambda md: md.topics[topic].partitions[0].leader not in (old, -1)
+                              and old not in md.brokers, broker_id=(old + 1) % 3, timeout=30)
+        new = md.topics[topic].partitions[0].leader
+        cluster.wait_for(lambda md: md.topics[topic].partitions[0].leader == new, broker_id=new)  # applied there
+        with RawConnection(cluster.brokers[new].bootstrap) as conn:
+            after = raw_fetch(conn, topic, isolation_level=1)
+            assert (after.last_stable_offset, batch_offsets(after.records)) == (1, [0])
+            assert [tuple(t)[:2] for t in after.aborted_transactions] == [(b.producer_id, 0)]
+            a.conn = conn
+            assert a.end(False, {topic: [0]}) == {(topic, 0): 0}  # 4, by the coordinator to the new leader
+            send_end(conn, topic)  # 5
+        assert confluent_values(cluster.brokers[new].bootstrap, topic, "read_committed") == [b"c1", END]
+        survivors = [broker for broker in cluster.brokers if broker != old]
+        for broker in survivors:
+            cluster.brokers[broker].stop()
+        indexes = {broker: txnindex(cluster.brokers[broker].data_dir, topic) for broker in survivors}
+        assert indexes[new] == indexes[survivors[0]] == indexes[survivors[1]] == (
+            struct.pack(">hqqqq", 0, b.producer_id, 0, 2, 1) + struct.pack(">hqqqq", 0, a.producer_id, 1, 4, 5))

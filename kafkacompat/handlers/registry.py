@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
 Decoder = Callable[[int, memoryview], Any]
@@ -32,7 +33,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator, the producer ids and the transaction verifier."""
+    hosted here, the group and transaction coordinators, the producer ids and the transaction
+    verifier."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -43,6 +45,7 @@ class Services:
     log_dir: "Path"
     # KIP-890: asked before a transactional batch starts a transaction on a partition.
     txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
+    transactions: "TransactionCoordinator | None" = None
 
 
 @dataclass(slots=True)

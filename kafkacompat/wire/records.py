@@ -492,10 +492,13 @@ def _length_prefixed(data: bytes | None) -> bytes:
     return write_varint(-1) if data is None else write_varint(len(data)) + data
 
 
-def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0) -> bytearray:
+def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0, *,
+              transactional_producer: tuple[int, int] | None = None) -> bytearray:
     """One RecordBatch v2 of (timestamp, key, value) records without headers at offsets
-    0..n-1 (the log assigns the real ones and the leader epoch), no producer id, the records
-    compressed with ``codec``, CRC computed. ``entries`` must not be empty."""
+    0..n-1 (the log assigns the real ones and the leader epoch), no producer id (or, with
+    ``transactional_producer`` (id, epoch), a transactional batch of that producer without a
+    sequence, as a coordinator writes it), the records compressed with ``codec``, CRC computed.
+    ``entries`` must not be empty."""
     base_timestamp = entries[0][0]
     body = b"".join(
         encode_record(Record(offset, timestamp, 0, key, value is not None,
@@ -504,9 +507,11 @@ def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int 
     )
     if codec:
         body = compress(codec, body)
+    producer_id, producer_epoch = transactional_producer or (-1, -1)
     template = BatchHeader(0, 0, 0, 0, CURRENT_MAGIC, 0, 0, len(entries) - 1, base_timestamp, base_timestamp,
-                           -1, -1, -1, len(entries))
-    return _sealed_batch(template, codec, base_timestamp, max(e[0] for e in entries), len(entries), body)
+                           producer_id, producer_epoch, -1, len(entries))
+    attributes = codec | (TRANSACTIONAL_FLAG if transactional_producer is not None else 0)
+    return _sealed_batch(template, attributes, base_timestamp, max(e[0] for e in entries), len(entries), body)
 
 
 def record_value(record: Record) -> bytes | None:

@@ -1,0 +1,354 @@
+"""The transaction coordinator with real clients against a real broker process: confluent-kafka
+transactions committed and aborted across partitions and read back by read_committed and
+read_uncommitted consumers, consume-transform-produce with send_offsets_to_transaction, fencing
+by a second producer with the same transactional.id, a hung transaction rolled back by its
+timeout, restarts (clean and SIGKILL) with transactions open and just committed; the APIs on the
+wire with Kafka's error codes (kafka-python's protocol classes)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+pytest.register_assert_rewrite("clients")
+
+from clients import RawConnection, create_topic, init_producer_id  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+
+from kafkacompat.testing.process import BrokerProcess  # noqa: E402
+
+CLEANUP_INTERVAL_MS = 200
+
+
+@pytest.fixture(scope="module")
+def txn_broker(tmp_path_factory):
+    broker = BrokerProcess(tmp_path_factory.mktemp("txn") / "data", extra_args=[
+        "--set", f"transaction.abort.timed.out.transaction.cleanup.interval.ms={CLEANUP_INTERVAL_MS}",
+    ]).start()
+    yield broker
+    broker.kill()
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _topic(broker, partitions: int = 3) -> str:
+    name = _id("txn")
+    create_topic(broker.bootstrap, name, partitions)
+    return name
+
+
+def _producer(broker, transactional_id: str, **conf) -> Producer:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id, **conf})
+    producer.init_transactions(30)
+    return producer
+
+
+def read_all(broker, topic: str, partitions: int, isolation: str) -> list[bytes]:
+    """Every value a consumer with ``isolation`` reads up to the end of each partition (for
+    read_committed: up to the last stable offset)."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": _id("reader"),
+                         "isolation.level": isolation, "enable.partition.eof": True, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values, at_end = [], set()
+    try:
+        while len(at_end) < partitions:
+            message = consumer.poll(10)
+            assert message is not None, f"no end of partition reached on {topic} ({isolation})"
+            if message.error():
+                assert message.error().code() == -191, message.error()  # _PARTITION_EOF
+                at_end.add(message.partition())
+            else:
+                values.append(message.value())
+                at_end.discard(message.partition())
+    finally:
+        consumer.close()
+    return sorted(values)
+
+
+def describe(broker, transactional_id: str):
+    from kafka.protocol.admin import DescribeTransactionsRequest, DescribeTransactionsResponse
+
+    with RawConnection(broker.bootstrap) as conn:
+        response = conn.call(DescribeTransactionsRequest(transactional_ids=[transactional_id]),
+                             DescribeTransactionsResponse, 0)
+    return response.transaction_states[0]
+
+
+def wait_for_state(broker, transactional_id: str, state: str, timeout: float = 30) -> bool:
+    """Until DescribeTransactions shows ``state`` (the coordinator's background work got there)."""
+    deadline = time.monotonic() + timeout
+    while describe(broker, transactional_id).transaction_state != state:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# ---- confluent-kafka -------------------------------------------------------------------------------
+
+
+def test_commits_and_aborts_across_partitions(txn_broker):
+    topic = _topic(txn_broker)
+    producer = _producer(txn_broker, _id("tx"))
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce(topic, value=b"committed-%d" % i, partition=i % 3)
+    producer.commit_transaction(30)
+    producer.begin_transaction()
+    for i in range(9):
+        producer.produce(topic, value=b"aborted-%d" % i, partition=i % 3)
+    producer.flush(30)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"last", partition=1)
+    producer.commit_transaction(30)
+
+    committed = sorted([b"committed-%d" % i for i in range(9)] + [b"last"])
+    assert read_all(txn_broker, topic, 3, "read_committed") == committed
+    assert read_all(txn_broker, topic, 3, "read_uncommitted") == sorted(committed + [b"aborted-%d" % i
+                                                                                    for i in range(9)])
+
+
+def test_consume_transform_produce_commits_offsets_with_the_transaction(txn_broker):
+    source, sink = _topic(txn_broker, 2), _topic(txn_broker, 2)
+    plain = Producer({"bootstrap.servers": txn_broker.bootstrap})
+    for i in range(6):
+        plain.produce(source, value=b"in-%d" % i, partition=i % 2)
+    plain.flush(30)
+    group = _id("ctp")
+    consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(source, p, 0) for p in range(2)])
+    producer = _producer(txn_broker, _id("ctp-tx"))
+
+    def transform(count: int, commit: bool) -> tuple[dict[int, int], list[bytes]]:
+        received = []
+        while len(received) < count:
+            message = consumer.poll(10)
+            assert message is not None and not message.error()
+            received.append(message)
+        producer.begin_transaction()
+        for message in received:
+            producer.produce(sink, value=message.value().upper(), partition=message.partition())
+        positions = consumer.position(consumer.assignment())
+        producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+        return {tp.partition: tp.offset for tp in positions}, [m.value().upper() for m in received]
+
+    def committed() -> dict[int, int]:
+        return {tp.partition: tp.offset
+                for tp in consumer.committed([TopicPartition(source, p) for p in range(2)], timeout=10)}
+
+    positions, produced = transform(4, commit=True)
+    assert committed() == positions and sum(positions.values()) == 4
+    transform(2, commit=False)  # the offsets of an aborted transaction are never the group's
+    assert committed() == positions
+    consumer.close()
+    assert read_all(txn_broker, sink, 2, "read_committed") == sorted(produced)
+
+
+def test_a_second_producer_with_the_same_id_fences_the_first(txn_broker):
+    topic = _topic(txn_broker, 1)
+    transactional_id = _id("fenced")
+    first = _producer(txn_broker, transactional_id)
+    first.begin_transaction()
+    first.produce(topic, value=b"from-the-fenced-one")
+    first.flush(30)
+    second = _producer(txn_broker, transactional_id)  # aborts the first one's transaction
+    second.begin_transaction()
+    second.produce(topic, value=b"from-the-new-one")
+    second.commit_transaction(30)
+    with pytest.raises(KafkaException) as failure:
+        first.commit_transaction(30)
+    assert failure.value.args[0].fatal() or failure.value.args[0].txn_requires_abort()
+    assert read_all(txn_broker, topic, 1, "read_committed") == [b"from-the-new-one"]
+
+
+def test_a_hung_transaction_is_aborted_by_its_timeout(txn_broker):
+    topic = _topic(txn_broker, 1)
+    hung_id = _id("hung")
+    hung = _producer(txn_broker, hung_id, **{"transaction.timeout.ms": 1000})
+    hung.begin_transaction()
+    hung.produce(topic, value=b"never-committed")
+    hung.flush(30)
+    # The coordinator aborts it (and fences the producer) once it is open longer than 1 s: the
+    # last stable offset moves past it, so a later transaction's records become readable.
+    assert wait_for_state(txn_broker, hung_id, "CompleteAbort")
+    other = _producer(txn_broker, _id("after-hung"))
+    other.begin_transaction()
+    other.produce(topic, value=b"committed-after")
+    other.commit_transaction(30)
+    assert read_all(txn_broker, topic, 1, "read_committed") == [b"committed-after"]
+    with pytest.raises(KafkaException):
+        hung.commit_transaction(30)
+    assert "timed out after 1000 ms; aborting it" in txn_broker.output()
+
+
+# ---- restarts --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stop", ["clean", "sigkill"])
+def test_a_restart_with_transactions_open_and_just_committed(tmp_path, stop):
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        topic = _topic(broker, 2)
+        committed = _producer(broker, "restart-committed")
+        committed.begin_transaction()
+        for i in range(4):
+            committed.produce(topic, value=b"c-%d" % i, partition=i % 2)
+        committed.commit_transaction(30)  # the markers may still be on their way when the broker stops
+        open_ = _producer(broker, "restart-open")
+        open_.begin_transaction()
+        open_.produce(topic, value=b"open", partition=0)
+        open_.flush(30)
+        if stop == "clean":
+            broker.stop()
+        else:
+            broker.kill()
+        broker.start()
+        # The reloaded coordinator still knows the open transaction: the id's next producer
+        # fences and aborts it, and the committed one is complete.
+        again = _producer(broker, "restart-open")
+        again.begin_transaction()
+        again.produce(topic, value=b"after-restart", partition=1)
+        again.commit_transaction(30)
+        assert read_all(broker, topic, 2, "read_committed") == [b"after-restart", b"c-0", b"c-1", b"c-2", b"c-3"]
+    finally:
+        broker.kill()
+
+
+# ---- the APIs on the wire ------------------------------------------------------------------------
+
+
+def _find(conn: RawConnection, transactional_id: str):
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    return conn.call(FindCoordinatorRequest(key=transactional_id, key_type=1), FindCoordinatorResponse, 3)
+
+
+def _add_partitions(conn, version: int, transactional_id: str, producer_id: int, epoch: int, topics):
+    from kafka.protocol.producer.transaction import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+
+    topic_cls = AddPartitionsToTxnRequest.AddPartitionsToTxnTopic
+    entries = [topic_cls(name=name, partitions=ids) for name, ids in topics]
+    if version >= 4:
+        txn = AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+            transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch, verify_only=False,
+            topics=entries)
+        response = conn.call(AddPartitionsToTxnRequest(transactions=[txn]), AddPartitionsToTxnResponse, version)
+        results = response.results_by_transaction[0].topic_results
+    else:
+        response = conn.call(AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=transactional_id, v3_and_below_producer_id=producer_id,
+            v3_and_below_producer_epoch=epoch, v3_and_below_topics=entries), AddPartitionsToTxnResponse, version)
+        results = response.results_by_topic_v3_and_below
+    return {(t.name, p.partition_index): p.partition_error_code for t in results for p in t.results_by_partition}
+
+
+def _end(conn, version: int, transactional_id: str, producer_id: int, epoch: int, committed: bool):
+    from kafka.protocol.producer.transaction import EndTxnRequest, EndTxnResponse
+
+    return conn.call(EndTxnRequest(transactional_id=transactional_id, producer_id=producer_id, producer_epoch=epoch,
+                                   committed=committed), EndTxnResponse, version)
+
+
+def test_bad_input_gets_kafkas_error_codes(txn_broker):
+    topic = _topic(txn_broker, 2)
+    tid = _id("wire")
+    with RawConnection(txn_broker.bootstrap) as conn:
+        assert _find(conn, tid).error_code == 0
+        too_long = init_producer_id(conn, 4, transactional_id=tid)
+        assert too_long.error_code == 0
+        from kafka.protocol.producer.transaction import InitProducerIdRequest, InitProducerIdResponse
+
+        timeout = conn.call(InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=900001,
+                                                  producer_id=-1, producer_epoch=-1), InitProducerIdResponse, 4)
+        assert timeout.error_code == 50  # INVALID_TRANSACTION_TIMEOUT (transaction.max.timeout.ms 900000)
+        pid, epoch = too_long.producer_id, too_long.producer_epoch
+        assert _end(conn, 3, tid, pid, epoch, True).error_code == 48  # INVALID_TXN_STATE: no transaction
+        assert _end(conn, 3, _id("unknown"), pid, epoch, True).error_code in (49, 16)  # unknown id
+        assert _add_partitions(conn, 3, tid, pid, epoch, [(topic, [0, 1]), ("no-such-topic", [0])]) == {
+            (topic, 0): 55, (topic, 1): 55, ("no-such-topic", 0): 3}  # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC
+        assert _add_partitions(conn, 3, tid, pid, epoch, [(topic, [5])]) == {(topic, 5): 3}
+        assert _add_partitions(conn, 3, tid, pid, epoch + 1, [(topic, [0])]) == {(topic, 0): 90}  # PRODUCER_FENCED
+        assert _add_partitions(conn, 1, tid, pid, epoch + 1, [(topic, [0])]) == {(topic, 0): 47}  # v<2: INVALID_PRODUCER_EPOCH
+        assert _add_partitions(conn, 3, tid, pid + 1000, epoch, [(topic, [0])]) == {(topic, 0): 49}  # INVALID_PRODUCER_ID_MAPPING
+        assert _add_partitions(conn, 3, tid, pid, epoch, [(topic, [0, 1])]) == {(topic, 0): 0, (topic, 1): 0}
+        assert _end(conn, 3, tid, pid, epoch + 1, True).error_code == 90  # PRODUCER_FENCED
+        assert _end(conn, 1, tid, pid, epoch + 1, True).error_code == 47  # v<2: INVALID_PRODUCER_EPOCH
+        # A new InitProducerId fences the open transaction: aborted, then CONCURRENT_TRANSACTIONS
+        # until the abort is complete; the retry gets the next epoch.
+        assert init_producer_id(conn, 4, transactional_id=tid).error_code == 51
+        deadline = time.monotonic() + 10
+        while (again := init_producer_id(conn, 4, transactional_id=tid)).error_code == 51:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert (again.error_code, again.producer_id, again.producer_epoch) == (0, pid, epoch + 2)
+        # KIP-360: the current producer recovers with its id and epoch; an old epoch is fenced
+        recovered = init_producer_id(conn, 4, transactional_id=tid, producer_id=pid, epoch=epoch + 2)
+        assert (recovered.error_code, recovered.producer_epoch) == (0, epoch + 3)
+        assert init_producer_id(conn, 4, transactional_id=tid, producer_id=pid, epoch=epoch).error_code == 90
+        assert init_producer_id(conn, 3, transactional_id=tid, producer_id=pid, epoch=epoch).error_code == 47
+
+
+def test_transaction_version_2_bumps_the_epoch_on_every_end(txn_broker):
+    """A partition leader adds the partitions (AddPartitionsToTxn v5, verify_only false), EndTxn v5
+    answers the bumped epoch, and the previous epoch is fenced."""
+    topic = _topic(txn_broker, 1)
+    tid = _id("tv2")
+    with RawConnection(txn_broker.bootstrap) as conn:
+        _find(conn, tid)
+        init = init_producer_id(conn, 5, transactional_id=tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert _add_partitions(conn, 5, tid, pid, epoch, [(topic, [0])]) == {(topic, 0): 0}
+        ended = _end(conn, 5, tid, pid, epoch, True)
+        assert (ended.error_code, ended.producer_id, ended.producer_epoch) == (0, pid, epoch + 1)
+        assert wait_for_state(txn_broker, tid, "CompleteCommit")  # the markers are written
+        retried = _end(conn, 5, tid, pid, epoch, True)  # a retry of the EndTxn that was answered
+        assert (retried.error_code, retried.producer_epoch) == (0, epoch + 1)
+        assert _add_partitions(conn, 5, tid, pid, epoch, [(topic, [0])]) == {(topic, 0): 90}
+        assert _add_partitions(conn, 5, tid, pid, epoch + 1, [(topic, [0])]) == {(topic, 0): 0}
+        aborted = _end(conn, 5, tid, pid, epoch + 1, False)
+        assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+
+
+def test_describe_and_list_transactions(txn_broker):
+    from kafka.protocol.admin import (DescribeTransactionsRequest, DescribeTransactionsResponse,
+                                      ListTransactionsRequest, ListTransactionsResponse)
+
+    topic = _topic(txn_broker, 2)
+    tid = _id("described")
+    producer = _producer(txn_broker, tid)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"x", partition=1)
+    producer.flush(30)
+    with RawConnection(txn_broker.bootstrap) as conn:
+        described = conn.call(DescribeTransactionsRequest(transactional_ids=[tid, _id("nobody")]),
+                              DescribeTransactionsResponse, 0)
+        found, missing = described.transaction_states
+        assert (found.error_code, found.transaction_state, found.transaction_timeout_ms) == (0, "Ongoing", 60000)
+        assert [(t.topic, t.partitions) for t in found.topics] == [(topic, [1])]
+        assert found.transaction_start_time_ms > 0 and found.producer_id >= 0
+        assert missing.error_code == 105  # TRANSACTIONAL_ID_NOT_FOUND
+
+        def listed(version: int, **filters) -> set[str]:
+            response = conn.call(ListTransactionsRequest(**filters), ListTransactionsResponse, version)
+            assert response.error_code == 0
+            return {state.transactional_id for state in response.transaction_states}
+
+        assert tid in listed(0, state_filters=["Ongoing"], producer_id_filters=[])
+        assert tid not in listed(0, state_filters=["CompleteCommit"], producer_id_filters=[])
+        assert listed(0, state_filters=[], producer_id_filters=[found.producer_id]) == {tid}
+        assert tid in listed(1, state_filters=[], producer_id_filters=[], duration_filter=0)
+        assert tid not in listed(1, state_filters=[], producer_id_filters=[], duration_filter=3_600_000)
+        unknown = conn.call(ListTransactionsRequest(state_filters=["Bogus"], producer_id_filters=[]),
+                            ListTransactionsResponse, 0)
+        assert unknown.unknown_state_filters == ["Bogus"]
+    producer.commit_transaction(30)

@@ -7,116 +7,33 @@ the producer state and the .txnindex come back."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import struct
 import time
 
 import pytest
 
-pytest.register_assert_rewrite("clients", "txn_wire")
+pytest.register_assert_rewrite("clients", "txn_support")
 
 from clients import RawConnection, create_topic  # noqa: E402
-from txn_wire import Producer, produce, records  # noqa: E402
+from txn_support import END, READERS, Producer, confluent_values, latest, produce, records, send_end  # noqa: E402
 
 from kafkacompat.testing.process import BrokerProcess  # noqa: E402
 
-END = b"end"
-TIMEOUT = 30.0
 INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED = 48, 47, 52
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_RECORD, UNKNOWN_TOPIC_OR_PARTITION = 53, 87, 3
 
 
+# These tests act as the transaction coordinator themselves (raw markers for producer ids of
+# InitProducerId without a transactional id), so the partition leader must not ask the real one.
+NO_VERIFICATION = ["--set", "transaction.partition.verification.enable=false"]
+
+
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("txnlog") / "data").start()
+    broker = BrokerProcess(tmp_path_factory.mktemp("txnlog") / "data", extra_args=NO_VERIFICATION).start()
     yield broker
     broker.kill()
-
-
-# ---- reading back ---------------------------------------------------------------------------------
-
-
-def confluent_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
-    """Every value up to the END record, in offset order."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txnlog", "enable.auto.commit": False,
-                         "isolation.level": isolation})
-    consumer.assign([TopicPartition(topic, partition, 0)])
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while END not in got and time.monotonic() < deadline:
-            for message in consumer.consume(100, 0.2):
-                assert message.error() is None, message.error()
-                got.append(message.value())
-    finally:
-        consumer.close()
-    return got
-
-
-def kafka_python_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
-                             auto_offset_reset="earliest")
-    tp = TopicPartition(topic, partition)
-    consumer.assign([tp])
-    consumer.seek(tp, 0)
-    got: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT
-    try:
-        while END not in got and time.monotonic() < deadline:
-            for batch in consumer.poll(timeout_ms=200).values():
-                got.extend(r.value for r in batch)
-    finally:
-        consumer.close()
-    return got
-
-
-def aiokafka_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
-    async def run() -> list[bytes]:
-        from aiokafka import AIOKafkaConsumer, TopicPartition
-
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
-                                    isolation_level=isolation, auto_offset_reset="earliest")
-        await consumer.start()
-        got: list[bytes] = []
-        try:
-            tp = TopicPartition(topic, partition)
-            consumer.assign([tp])
-            consumer.seek(tp, 0)
-            deadline = time.monotonic() + TIMEOUT
-            while END not in got and time.monotonic() < deadline:
-                for batch in (await consumer.getmany(timeout_ms=200)).values():
-                    got.extend(r.value for r in batch)
-        finally:
-            await consumer.stop()
-        return got
-
-    return asyncio.run(run())
-
-
-READERS = {"confluent-kafka": confluent_values, "kafka-python": kafka_python_values, "aiokafka": aiokafka_values}
-
-
-def latest(bootstrap: str, topic: str, partition: int = 0, *, committed: bool) -> int:
-    """ListOffsets latest through confluent-kafka's AdminClient, read_committed: the LSO."""
-    from confluent_kafka import IsolationLevel, TopicPartition
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    tp = TopicPartition(topic, partition)
-    return admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp].result(timeout=TIMEOUT).offset
-
-
-def send_end(conn: RawConnection, topic: str, partition: int = 0) -> int:
-    error, offset = produce(conn, topic, partition, records(-1, -1, -1, [END], transactional=False),
-                            transactional_id=None)
-    assert error == 0
-    return offset
 
 
 # ---- committed and aborted, interleaved -------------------------------------------------------------
@@ -263,7 +180,7 @@ def txnindex(data_dir, topic: str) -> bytes:
 
 @pytest.mark.parametrize("stop", ["clean", "sigkill"])
 def test_a_restart_keeps_open_transactions_and_the_aborted_index(broker_factory, stop):
-    broker = broker_factory()
+    broker = broker_factory(*NO_VERIFICATION)
     topic = "restarted"
     create_topic(broker.bootstrap, topic)
     with RawConnection(broker.bootstrap) as conn:
@@ -301,7 +218,7 @@ def test_a_new_leader_serves_the_same_lso_and_aborted_transactions(tmp_path):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = "replicated"
-    fast = ["--set", "replica.lag.time.max.ms=3000", "--set", "replica.fetch.backoff.ms=100"]
+    fast = ["--set", "replica.lag.time.max.ms=3000", "--set", "replica.fetch.backoff.ms=100", *NO_VERIFICATION]
     with ZooKeeperCluster(tmp_path, brokers=3, extra_args=fast) as cluster:
         cluster.wait_for(lambda md: len(md.brokers) == 3)
         admin = AdminClient({"bootstrap.servers": cluster.bootstrap})

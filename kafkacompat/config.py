@@ -580,7 +580,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("transaction.remove.expired.transaction.cleanup.interval.ms", _INT, "3600000", LOW,
             "How often expired transactional ids are removed.", at_least(1)),
     _broker("transaction.partition.verification.enable", _BOOL, "true", LOW,
-            "Verify that a partition was added to the transaction before appending.", dynamic=True, applied=False),
+            "Verify that a partition was added to the transaction before appending (KIP-890; Produce v12+ "
+            "clients, which let the broker add it, are verified whatever this says).", dynamic=True),
     _broker("producer.id.expiration.ms", _INT, "86400000", LOW,
             "Producer state of an idle producer id expires after this long.", at_least(1), dynamic=True),
     _broker("producer.id.expiration.check.interval.ms", _INT, "600000", LOW,

@@ -1,9 +1,11 @@
-"""Raw transactional traffic for the log-side tests: transactional batches from a producer id of
-InitProducerId, and the WriteTxnMarkers requests a transaction coordinator sends, encoded with
-kafkacompat's generated codecs (no client sends them)."""
+"""For the transaction tests: raw transactional traffic (transactional batches from a producer id
+of InitProducerId, and the WriteTxnMarkers requests a transaction coordinator sends, encoded with
+kafkacompat's generated codecs: no client sends them), and readers that take a partition up to an
+END record with confluent-kafka, kafka-python and aiokafka at either isolation level."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import struct
 import time
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 from clients import RawConnection, frame, init_producer_id, request_header
 
 WRITE_TXN_MARKERS = 27
+END = b"end"
+TIMEOUT = 30.0
 _correlation_ids = itertools.count(1_000_000)
 
 
@@ -101,3 +105,85 @@ def write_markers(conn: RawConnection, producer_id: int, epoch: int, committed: 
     [marker] = response.markers
     assert marker.producer_id == producer_id
     return {(t.name, p.partition_index): p.error_code for t in marker.topics for p in t.partitions}
+
+
+def confluent_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
+    """Every value up to the END record, in offset order."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "txnlog", "enable.auto.commit": False,
+                         "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    got: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while END not in got and time.monotonic() < deadline:
+            for message in consumer.consume(100, 0.2):
+                assert message.error() is None, message.error()
+                got.append(message.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def kafka_python_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    got: list[bytes] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while END not in got and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                got.extend(r.value for r in batch)
+    finally:
+        consumer.close()
+    return got
+
+
+def aiokafka_values(bootstrap: str, topic: str, isolation: str, partition: int = 0) -> list[bytes]:
+    async def run() -> list[bytes]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                                    isolation_level=isolation, auto_offset_reset="earliest")
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            tp = TopicPartition(topic, partition)
+            consumer.assign([tp])
+            consumer.seek(tp, 0)
+            deadline = time.monotonic() + TIMEOUT
+            while END not in got and time.monotonic() < deadline:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    got.extend(r.value for r in batch)
+        finally:
+            await consumer.stop()
+        return got
+
+    return asyncio.run(run())
+
+
+READERS = {"confluent-kafka": confluent_values, "kafka-python": kafka_python_values, "aiokafka": aiokafka_values}
+
+
+def latest(bootstrap: str, topic: str, partition: int = 0, *, committed: bool) -> int:
+    """ListOffsets latest through confluent-kafka's AdminClient, read_committed: the LSO."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    tp = TopicPartition(topic, partition)
+    return admin.list_offsets({tp: OffsetSpec.latest()}, isolation_level=level)[tp].result(timeout=TIMEOUT).offset
+
+
+def send_end(conn: RawConnection, topic: str, partition: int = 0) -> int:
+    error, offset = produce(conn, topic, partition, records(-1, -1, -1, [END], transactional=False),
+                            transactional_id=None)
+    assert error == 0
+    return offset

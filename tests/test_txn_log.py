@@ -242,3 +242,33 @@ def test_compaction_drops_aborted_records_and_markers_by_kafkas_rules(tmp_path):
     clean_round(NOW + 2 * HOUR, 4)  # 8: after it, it goes; the committed transaction stays whole
     assert batches(log)[:3] == [(2, 1, False), (3, 1, False), (4, 1, False)]
     log.close()
+
+
+def test_deleted_segments_take_their_index_and_the_lso_stays_in_the_log(log):
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    log.roll()
+    produce(log, txn_batch(OTHER, 0))  # 4-6, open
+    log.roll()
+    plain(log, b"k", b"v")  # 7
+    assert txnindex_bytes(log) and lso(log) == 4
+    log.advance_log_start_offset(5)  # DeleteRecords into the open transaction
+    assert txnindex_bytes(log) == b"" and log.aborted_transactions(5, 8) == []
+    assert lso(log) == 5  # Kafka: the first unstable offset, but never below the log start
+    marker(log, OTHER, True)
+    assert lso(log) == log.log_end_offset
+
+
+def test_a_read_committed_read_lists_only_the_aborts_of_the_segments_it_read(tmp_path):
+    log = PartitionLog.open(tmp_path / "orders-0", "orders", 0, LogConfig())
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    log.roll()
+    produce(log, txn_batch(OTHER, 0))  # 4-6
+    marker(log, OTHER, False)  # 7
+    first = log.read(0, 1, max_offset=lso(log))  # the first batch only
+    assert first.upper_bound == 4
+    assert log.aborted_transactions(0, first.upper_bound) == [AbortedTxn(PID, 0, 3, 4)]
+    everything = log.read(0, 1 << 20, max_offset=lso(log))
+    assert [t.producer_id for t in log.aborted_transactions(0, everything.upper_bound)] == [PID, OTHER]
+    log.close()

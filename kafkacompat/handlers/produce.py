@@ -29,9 +29,11 @@ from kafkacompat.wire.produce import (
 )
 from kafkacompat.wire.legacy import is_legacy, upconvert
 from kafkacompat.wire.records import (
+    ATTRIBUTES_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE,
     MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     iter_batches,
     read_header,
@@ -218,6 +220,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     return result
 
 
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
+
 # Coordinator answers a producer cannot act on, as Kafka's ReplicaManager translates them: retriable.
 _VERIFICATION_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                      ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
@@ -230,11 +234,13 @@ def _first_header(records: memoryview | None) -> BatchHeader | None:
 
 
 def _has_transactional_batch(request: ProduceRequestData) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition."""
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition (one byte
+    of its attributes looked at)."""
     for topic in request.topics:
         for data in topic.partitions:
-            header = _first_header(data.records)
-            if header is not None and header.is_transactional:
+            records = data.records
+            if (records is not None and len(records) >= HEADER_SIZE and records[MAGIC_OFFSET] == CURRENT_MAGIC
+                    and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_FLAG):
                 return True
     return False
 

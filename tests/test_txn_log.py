@@ -176,3 +176,99 @@ def test_a_follower_append_maintains_the_same_state(tmp_path, log):
         assert lso(follower) == lso(log) == 4
     finally:
         follower.close()
+
+
+# ---- compaction ------------------------------------------------------------------------------------
+
+HOUR = 3_600_000
+
+
+def keyed_txn_batch(producer_id: int, sequence: int, key: bytes, value: bytes) -> bytearray:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+                                        producer_epoch=0, base_sequence=sequence, batch_size=1 << 20)
+    builder.append(0, timestamp=NOW, key=key, value=value, headers=[])
+    return bytearray(builder.build())
+
+
+def plain(log: PartitionLog, key: bytes, value: bytes) -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder.append(0, timestamp=NOW, key=key, value=value, headers=[])
+    view = memoryview(bytearray(builder.build()))
+    log.append(view, [read_header(view)])
+
+
+def batches(log: PartitionLog) -> list[tuple[int, int, bool]]:
+    """(base offset, record count, has a delete horizon) of every batch."""
+    from kafkacompat.wire.records import DELETE_HORIZON_FLAG, iter_batches
+
+    data = log.read(log.log_start_offset, 1 << 20).read_all()
+    return [(h.base_offset, h.records_count, bool(h.attributes & DELETE_HORIZON_FLAG)) for h in iter_batches(data)]
+
+
+def test_compaction_drops_aborted_records_and_markers_by_kafkas_rules(tmp_path):
+    from kafkacompat.log.cleaner import LogCleaner, log_to_clean
+
+    log = PartitionLog.open(tmp_path / "t-0", "t", 0, LogConfig(cleanup_policy="compact", min_cleanable_dirty_ratio=0.0,
+                                                                 delete_retention_ms=HOUR))
+    cleaner = LogCleaner(tmp_path, lambda: [log])
+
+    def clean_round(now: int, n: int) -> None:
+        plain(log, b"q", b"%d" % n)  # something dirty for this round
+        log.roll()
+        cleaner.clean_sync(log_to_clean(log, cleaner.checkpoints.get(("t", 0)), now), now)
+
+    produce(log, keyed_txn_batch(PID, 0, b"k", b"aborted"))  # 0
+    marker(log, PID, False)  # 1
+    produce(log, keyed_txn_batch(PID, 1, b"k", b"committed"))  # 2
+    marker(log, PID, True)  # 3
+    plain(log, b"j", b"x")  # 4
+    assert log.aborted_transactions(0, 5) == [AbortedTxn(PID, 0, 1, 2)]
+    clean_round(NOW, 1)  # 5
+    # the aborted record went (it never entered the map: "committed" is k's value, not a duplicate);
+    # its marker stays while this pass saw its data, with its index entry in the cleaned segment
+    assert batches(log)[:4] == [(1, 1, False), (2, 1, False), (3, 1, False), (4, 1, False)]
+    assert log.aborted_transactions(0, 6) == [AbortedTxn(PID, 0, 1, 2)]
+    assert txnindex_bytes(log) == AbortedTxn(PID, 0, 1, 2).encode()
+    clean_round(NOW, 2)  # 6: no data of the aborted transaction is left: its marker gets a horizon
+    assert batches(log)[:3] == [(1, 1, True), (2, 1, False), (3, 1, False)]
+    assert txnindex_bytes(log) == b""
+    clean_round(NOW + HOUR // 2, 3)  # 7: before the horizon it stays
+    assert batches(log)[0] == (1, 1, True)
+    clean_round(NOW + 2 * HOUR, 4)  # 8: after it, it goes; the committed transaction stays whole
+    assert batches(log)[:3] == [(2, 1, False), (3, 1, False), (4, 1, False)]
+    log.close()
+
+
+def test_deleted_segments_take_their_index_and_the_lso_stays_in_the_log(log):
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    log.roll()
+    produce(log, txn_batch(OTHER, 0))  # 4-6, open
+    log.roll()
+    plain(log, b"k", b"v")  # 7
+    assert txnindex_bytes(log) and lso(log) == 4
+    log.advance_log_start_offset(5)  # DeleteRecords into the open transaction
+    assert txnindex_bytes(log) == b"" and log.aborted_transactions(5, 8) == []
+    assert lso(log) == 5  # Kafka: the first unstable offset, but never below the log start
+    marker(log, OTHER, True)
+    assert lso(log) == log.log_end_offset
+
+
+def test_a_read_committed_read_lists_only_the_aborts_of_the_segments_it_read(tmp_path):
+    log = PartitionLog.open(tmp_path / "orders-0", "orders", 0, LogConfig())
+    produce(log, txn_batch(PID, 0))  # 0-2
+    marker(log, PID, False)  # 3
+    log.roll()
+    produce(log, txn_batch(OTHER, 0))  # 4-6
+    marker(log, OTHER, False)  # 7
+    first = log.read(0, 1, max_offset=lso(log))  # the first batch only
+    assert first.upper_bound == 4
+    assert log.aborted_transactions(0, first.upper_bound) == [AbortedTxn(PID, 0, 3, 4)]
+    everything = log.read(0, 1 << 20, max_offset=lso(log))
+    assert [t.producer_id for t in log.aborted_transactions(0, everything.upper_bound)] == [PID, OTHER]
+    log.close()

@@ -29,9 +29,11 @@ from kafkacompat.wire.produce import (
 )
 from kafkacompat.wire.legacy import is_legacy, upconvert
 from kafkacompat.wire.records import (
+    ATTRIBUTES_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE,
     MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     iter_batches,
     read_header,
@@ -218,6 +220,8 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     return result
 
 
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
+
 # Coordinator answers a producer cannot act on, as Kafka's ReplicaManager translates them: retriable.
 _VERIFICATION_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                      ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
@@ -230,11 +234,13 @@ def _first_header(records: memoryview | None) -> BatchHeader | None:
 
 
 def _has_transactional_batch(request: ProduceRequestData) -> bool:
-    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition."""
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition (one byte
+    of its attributes looked at)."""
     for topic in request.topics:
         for data in topic.partitions:
-            header = _first_header(data.records)
-            if header is not None and header.is_transactional:
+            records = data.records
+            if (records is not None and len(records) >= HEADER_SIZE and records[MAGIC_OFFSET] == CURRENT_MAGIC
+                    and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_FLAG):
                 return True
     return False
 
@@ -244,11 +250,13 @@ async def _verify_transactions(ctx: RequestContext, request: ProduceRequestData)
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id (Kafka's handleProduceRequest),
     and for a batch that would start a transaction on its partition, what the transaction
     coordinator answers when asked whether the partition is in the producer's transaction
-    (KIP-890; Produce v12+ clients let it add the partition: transaction version 2). A marker
+    (KIP-890; Produce v12+ clients let it add the partition: transaction version 2; older ones
+    only with transaction.partition.verification.enable, the default). A marker
     written while the question is out ends the transaction, so the batch is then refused
     (Kafka's verification guard)."""
     refusals: dict[tuple[int, int], KafkaError] = {}
     pending: list[tuple[tuple[int, int], "Partition", BatchHeader]] = []
+    verify = ctx.version >= 12 or ctx.config.transaction_partition_verification_enable
     for t, topic in enumerate(request.topics):
         for p, data in enumerate(topic.partitions):
             header = _first_header(data.records)
@@ -263,8 +271,8 @@ async def _verify_transactions(ctx: RequestContext, request: ProduceRequestData)
                 partition = _find_partition(ctx, topic.name, topic.topic_id, data.index)
             except KafkaError:
                 continue  # answered by the append path
-            if partition.is_leader and partition.log.producer_state.needs_verification(header.producer_id,
-                                                                                       header.producer_epoch):
+            if verify and partition.is_leader and partition.log.producer_state.needs_verification(
+                    header.producer_id, header.producer_epoch):
                 pending.append(((t, p), partition, header))
     if pending:
         await _ask_coordinator(ctx, request.transactional_id or "", pending, refusals)
@@ -287,7 +295,8 @@ async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
         transactional_id, producer_id, producer_epoch, [(partition.topic, partition.index) for _, partition, _ in pending],
         ctx.version < 12)
     for position, partition, guard in guards:
-        code = answers.get((partition.topic, partition.index), ErrorCode.INVALID_TXN_STATE)
+        code = _client_verification_error(answers.get((partition.topic, partition.index), ErrorCode.INVALID_TXN_STATE),
+                                          ctx.version)
         state = partition.log.producer_state
         if code == ErrorCode.NONE and state.verification_guards.get(producer_id) is not guard \
                 and state.needs_verification(producer_id, producer_epoch):
@@ -302,6 +311,16 @@ async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
         elif code != ErrorCode.NONE:
             refusals[position] = KafkaError(code, f"the transaction coordinator answered {ErrorCode(code).name} for "
                                                   f"{partition} in transaction {transactional_id!r}")
+
+
+def _client_verification_error(code: int, version: int) -> int:
+    """What the producer can handle (Kafka's AddPartitionsToTxnManager): INVALID_PRODUCER_EPOCH for
+    PRODUCER_FENCED; TRANSACTION_ABORTABLE only from Produce v11, INVALID_TXN_STATE before."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version <= 10:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
 
 
 def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate, name: str,

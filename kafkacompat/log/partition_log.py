@@ -59,6 +59,9 @@ class ReadResult:
 
     chunks: list[FileRegion] = field(default_factory=list)
     size: int = 0
+    # No batch returned holds an offset at or past this (the end of the last segment read from,
+    # capped by the read's limit): the bound of a read_committed fetch's aborted transactions.
+    upper_bound: int = 0
 
     def read_all(self) -> bytes:
         """The bytes themselves (tests and tools; the server sends the regions instead)."""
@@ -517,6 +520,7 @@ class PartitionLog:
             if end > start.position:
                 result.chunks.append(segment.region(start.position, end))
                 result.size += end - start.position
+                result.upper_bound = min(end_offset, self._segment_end_offset(position))
             if end < segment.size:
                 break
             take_first = False

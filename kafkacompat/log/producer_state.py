@@ -331,14 +331,22 @@ class ProducerStateManager:
         self.verification_guards.pop(entry.producer_id, None)
         return completed
 
-    def first_unstable_offset(self, high_watermark: int) -> int | None:
-        """The first offset of an open transaction, or of a completed one whose marker the high
-        watermark has not passed (Kafka's firstUnstableOffset); None when there is none."""
+    def first_open_txn_offset(self) -> int | None:
+        return next(iter(self.ongoing.values()), None)
+
+    def forget_replicated_txns(self, high_watermark: int) -> None:
+        """The completed transactions whose marker is below the high watermark are stable
+        (Kafka's onHighWatermarkUpdated); called as it moves, so the queue stays short."""
         unreplicated = self.unreplicated
         while unreplicated and unreplicated[0].last_offset < high_watermark:
             unreplicated.popleft()
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction, or of a completed one whose marker the high
+        watermark has not passed (Kafka's firstUnstableOffset); None when there is none."""
+        self.forget_replicated_txns(high_watermark)
         first = next(iter(self.ongoing.values()), None)
-        for txn in unreplicated:
+        for txn in self.unreplicated:
             if first is None or txn.first_offset < first:
                 first = txn.first_offset
         return first

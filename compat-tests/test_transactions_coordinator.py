@@ -533,4 +533,10 @@ def test_describe_and_list_transactions(txn_broker):
         unknown = conn.call(ListTransactionsRequest(state_filters=["Bogus"], producer_id_filters=[]),
                             ListTransactionsResponse, 0)
         assert unknown.unknown_state_filters == ["Bogus"]
+        # v2: a regular expression the whole id must match
+        assert listed(2, state_filters=[], producer_id_filters=[], transactional_id_pattern="described-.*") >= {tid}
+        assert tid not in listed(2, state_filters=[], producer_id_filters=[], transactional_id_pattern="described")
+        bad = conn.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[],
+                                                transactional_id_pattern="(unclosed"), ListTransactionsResponse, 2)
+        assert bad.error_code == 128  # INVALID_REGULAR_EXPRESSION
     producer.commit_transaction(30)

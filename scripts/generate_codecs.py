@@ -75,6 +75,15 @@ AMENDMENTS: dict[str, dict] = {
         {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
     "ShareFetchRequest": {"insert": {(): [("ShareAcquireMode", {
         "name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"})]}},
+    # Kafka 4.0's TxnOffsetCommit v5 (KIP-890 part 2: v4's layout, the offsets partition added for
+    # transaction version 2) and Kafka 4.1's ListTransactions v2 (KIP-1152: a transactional id
+    # pattern), newer than the stored specs.
+    "TxnOffsetCommitRequest": {"validVersions": "0-5"},
+    "TxnOffsetCommitResponse": {"validVersions": "0-5"},
+    "ListTransactionsRequest": {"validVersions": "0-2", "append": {(): [
+        {"name": "TransactionalIdPattern", "type": "string", "versions": "2+", "nullableVersions": "2+",
+         "default": "null"}]}},
+    "ListTransactionsResponse": {"validVersions": "0-2"},
 }
 
 SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct

@@ -13,7 +13,6 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.transactions.coordinator import TV0, TV2, TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
-from kafkacompat.wire import codec
 from kafkacompat.wire.codec import response_class, valid_versions
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -210,8 +209,9 @@ async def handle_describe_transactions(request, ctx: RequestContext):
 @handles(LIST_TRANSACTIONS, 0, _kafka_max(LIST_TRANSACTIONS, 2))
 async def handle_list_transactions(request, ctx: RequestContext):
     duration = request.duration_filter if ctx.version >= 1 else -1
+    pattern = request.transactional_id_pattern if ctx.version >= 2 else None
     error, unknown, matches = coordinator(ctx).list_transactions(
-        set(request.state_filters), set(request.producer_id_filters), duration)
+        set(request.state_filters), set(request.producer_id_filters), duration, pattern)
     state_cls = response_class(LIST_TRANSACTIONS).TransactionState
     states = [state_cls(transactional_id=m.transactional_id, producer_id=m.producer_id,
                         transaction_state=m.state.kafka_name) for m in matches]
@@ -223,21 +223,9 @@ async def handle_list_transactions(request, ctx: RequestContext):
 # ---- TxnOffsetCommit -----------------------------------------------------------------------------
 
 TXN_OFFSET_COMMIT = 28
-# Kafka 4's TxnOffsetCommit v5 has v4's layout; only its meaning is new (transaction version 2:
-# the group coordinator adds the offsets partition to the transaction). Until the codecs have
-# v5, it is read and written as v4.
-_TXN_OFFSET_COMMIT_CODEC_MAX = (valid_versions(TXN_OFFSET_COMMIT) or (0, 5))[1]
 
 
-def _decode_txn_offset_commit(version: int, body):
-    return codec.decode_request(TXN_OFFSET_COMMIT, min(version, _TXN_OFFSET_COMMIT_CODEC_MAX), body)
-
-
-def _encode_txn_offset_commit(message, version: int) -> bytes:
-    return codec.encode_response(message, min(version, _TXN_OFFSET_COMMIT_CODEC_MAX))
-
-
-@handles(TXN_OFFSET_COMMIT, 0, 5, decode=_decode_txn_offset_commit, encode=_encode_txn_offset_commit)
+@handles(TXN_OFFSET_COMMIT, 0, _kafka_max(TXN_OFFSET_COMMIT, 5))
 async def handle_txn_offset_commit(request, ctx: RequestContext):
     from kafkacompat.groups.coordinator import CommitPartition
 

@@ -20,6 +20,7 @@ other requests for the id answer CONCURRENT_TRANSACTIONS until it is written or 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -595,10 +596,17 @@ class TransactionCoordinator:
         return ErrorCode.NONE, metadata
 
     def list_transactions(self, states: set[str], producer_ids: set[int], min_duration_ms: int,
-                          ) -> tuple[int, list[str], list[TransactionMetadata]]:
-        """(error, unknown state filters, matches). ``min_duration_ms`` < 0: no duration filter."""
+                          id_pattern: str | None = None) -> tuple[int, list[str], list[TransactionMetadata]]:
+        """(error, unknown state filters, matches). ``min_duration_ms`` < 0: no duration filter;
+        ``id_pattern`` (ListTransactions v2), when not empty: ids the whole regular expression matches."""
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
+        matcher = None
+        if id_pattern:
+            try:
+                matcher = re.compile(id_pattern)
+            except re.error:
+                return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         unknown = sorted(name for name in states if name not in _STATE_NAMES)
         wanted = {TxnState[_STATE_NAMES[name]] for name in states if name in _STATE_NAMES}
         now = self.wall_clock()
@@ -609,6 +617,8 @@ class TransactionCoordinator:
             if states and metadata.state not in wanted:
                 continue
             if producer_ids and metadata.producer_id not in producer_ids:
+                continue
+            if matcher is not None and matcher.fullmatch(metadata.transactional_id) is None:
                 continue
             if min_duration_ms >= 0 and now - metadata.start_ms <= min_duration_ms:
                 continue  # as Kafka: running no longer than the filter (start -1 never is)

@@ -1251,9 +1251,12 @@ class GroupCoordinator:
             if self.partition_for(group_id) not in indexes:
                 continue
             pending = self.txn_offsets.take(producer_id, group_id)
-            group = self.groups.get(group_id)
-            if not committed or group is None:
+            if not committed or not pending:
                 continue
+            group = self.groups.get(group_id)
+            if group is None:  # known only by its pending offsets (loaded so)
+                group = self.groups[group_id] = Group(group_id, self.wall_clock())
+                group.state_timestamp = None
             for tp, (value, position) in pending.items():
                 group.apply_commits([(tp, value)], position)
 

@@ -39,7 +39,7 @@ from kafkacompat.transactions.metadata import (
     TxnState,
     epoch_exhausted,
 )
-from kafkacompat.wire.errors import ErrorCode, KafkaError
+from kafkacompat.wire.errors import ErrorCode, KafkaError, error_name
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
@@ -302,7 +302,7 @@ class TransactionCoordinator:
                                           committed=False, from_client=False, transaction_version=None, fence=fence)
             if error:
                 log.info("Rolling back the timed-out transaction of %r did not happen: %s",
-                         metadata.transactional_id, ErrorCode(error).name)
+                         metadata.transactional_id, error_name(error))
 
     async def remove_expired_transactional_ids(self) -> None:
         """transactional.id.expiration.ms: an id idle that long (and with no open transaction) goes."""
@@ -371,7 +371,7 @@ class TransactionCoordinator:
             return InitResult(transit)
         error = await self._write(metadata, transit, coordinator_epoch)
         if error:
-            log.info("InitProducerId of transactional id %r answered %s", tid, ErrorCode(error).name)
+            log.info("InitProducerId of transactional id %r answered %s", tid, error_name(error))
             return InitResult(error)
         log.info("Initialized transactional id %r with producer id %d and epoch %d on %s-%d", tid,
                  metadata.producer_id, metadata.producer_epoch, TRANSACTION_STATE_TOPIC, self.partition_for(tid))
@@ -518,7 +518,7 @@ class TransactionCoordinator:
             if fence is not None:
                 metadata.failed_epoch_fence = True
             log.info("EndTxn for transactional id %r: writing %s failed (%s)", tid, wanted_prepare.kafka_name,
-                     ErrorCode(error).name)
+                     error_name(error))
             return (error, *none)
         self._start_markers(metadata, coordinator_epoch)
         return ErrorCode.NONE, metadata.producer_id, metadata.producer_epoch
@@ -558,9 +558,13 @@ class TransactionCoordinator:
                 elif error in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED):
                     log.warning("Markers of transactional id %r refused by %s-%d (%s): a newer coordinator "
                                 "or producer epoch exists; this coordinator stops", tid, tp[0], tp[1],
-                                ErrorCode(error).name)
+                                error_name(error))
                     return
             if remaining:
+                if delay == _MARKER_RETRY_MIN_S:  # once per transaction, not on every retry
+                    log.info("Markers of transactional id %r (producer %d) not written yet to %s; retrying until "
+                             "they are", tid, metadata.producer_id,
+                             ", ".join(f"{t}-{p}: {error_name(results.get((t, p)))}" for t, p in sorted(remaining)))
                 await trio.sleep(delay)
                 delay = min(delay * 2, _MARKER_RETRY_MAX_S)
         delay = _MARKER_RETRY_MIN_S
@@ -573,7 +577,7 @@ class TransactionCoordinator:
             if error in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
                 return
             log.info("Writing %s for transactional id %r failed (%s); retrying", metadata.state.kafka_name, tid,
-                     ErrorCode(error).name)
+                     error_name(error))
             await trio.sleep(delay)
             delay = min(delay * 2, _MARKER_RETRY_MAX_S)
 

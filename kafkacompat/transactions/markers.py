@@ -89,8 +89,7 @@ class TxnMarkerWriter:
             response = await self.channel.request(leader, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
                                                   cls(markers=[marker]))
         except BrokerUnreachable as exc:
-            log.info("Transaction markers for producer %d not sent to broker %d: %s; will retry", producer_id,
-                     leader, exc)
+            log.debug("Transaction markers for producer %d not sent to broker %d: %s", producer_id, leader, exc)
             return {tp: ErrorCode.NETWORK_EXCEPTION for tp in partitions}
         results = {tp: ErrorCode.UNKNOWN_SERVER_ERROR for tp in partitions}
         for answer in response.markers:

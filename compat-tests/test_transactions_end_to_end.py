@@ -3,7 +3,7 @@
 partitions, read by confluent-kafka, kafka-python and aiokafka at both isolation levels; the last
 stable offset while transactions are open; the partition leader's KIP-890 verification refusing
 a transactional batch for a partition never added to the transaction; kafka-python's and
-aiokafka's transactional producers (their own APIs) read back by every reader."""
+aiokafka's and kafkajs's transactional producers (their own APIs) read back by every reader."""
 
 from __future__ import annotations
 
@@ -163,7 +163,19 @@ def aiokafka_transactions(broker, topic: str, transactional_id: str) -> None:
     asyncio.run(run())
 
 
-PRODUCERS = {"kafka-python": kafka_python_transactions, "aiokafka": aiokafka_transactions}
+def kafkajs_transactions(broker, topic: str, transactional_id: str) -> None:
+    import subprocess
+    from pathlib import Path
+
+    js = Path(__file__).parent / "js"
+    assert (js / "node_modules" / "kafkajs").is_dir(), f"run: cd {js} && npm install --no-audit --no-fund"
+    done = subprocess.run(["node", str(js / "transactions.js"), broker.bootstrap, topic], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, f"transactions.js failed:\n{done.stderr[-4000:]}"
+
+
+PRODUCERS = {"kafka-python": kafka_python_transactions, "aiokafka": aiokafka_transactions,
+             "kafkajs": kafkajs_transactions}
 
 
 @pytest.mark.parametrize("client", PRODUCERS)

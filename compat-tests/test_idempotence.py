@@ -288,7 +288,7 @@ def test_idle_producers_expire_in_housekeeping(broker_factory, topic_name):
         assert describe_producers(conn, topic_name)[0].active_producers == []
         # an expired producer is unknown: it may go on at any sequence (Kafka 2.5+)
         assert raw_produce(conn, topic_name, pid, 0, 7) == (0, 2)
-    assert "Expired 1 idle producer id(s)" in broker.output()
+    broker.wait_for_output("Expired 1 idle producer id(s)")
 
 
 def test_kafka_python_admin_describes_the_default_producer(broker, topic_name):

@@ -75,6 +75,11 @@ AMENDMENTS: dict[str, dict] = {
         {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
     "ShareFetchRequest": {"insert": {(): [("ShareAcquireMode", {
         "name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"})]}},
+    # WriteTxnMarkers v2 (KIP-890, Kafka 4.0): the marker's transaction version; the stored index's
+    # response spec predates it (0-1), so neither is in the 4.2-era download.
+    "WriteTxnMarkersRequest": {"validVersions": "0-2", "append": {("Markers",): [
+        {"name": "TransactionVersion", "type": "int8", "versions": "2+", "ignorable": True, "default": "0"}]}},
+    "WriteTxnMarkersResponse": {"validVersions": "0-2"},
 }
 
 SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct

@@ -191,6 +191,134 @@ def test_a_hung_transaction_is_aborted_by_its_timeout(txn_broker):
     assert "timed out after 1000 ms; aborting it" in txn_broker.output()
 
 
+# ---- kafkajs, aiokafka and kafka-python 3 -----------------------------------------------------------
+
+
+def _committed_and_aborted(prefix: str) -> tuple[list[bytes], list[bytes]]:
+    return ([b"%s-committed-%d" % (prefix.encode(), i) for i in range(2)],
+            [b"%s-aborted-%d" % (prefix.encode(), i) for i in range(2)])
+
+
+def test_kafkajs_transactions_read_back_by_kafka_python(txn_broker):
+    import json
+    import subprocess
+    from pathlib import Path
+
+    from kafka import KafkaConsumer
+    from kafka.structs import TopicPartition as KpTopicPartition
+
+    js = Path(__file__).parent / "js"
+    assert (js / "node_modules" / "kafkajs").is_dir(), f"run: cd {js} && npm install --no-audit --no-fund"
+    topic = _topic(txn_broker, 2)
+    done = subprocess.run(["node", str(js / "transactions.js"), txn_broker.bootstrap, topic, _id("kafkajs")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads(done.stdout) == {"committed": True, "aborted": True}
+    committed, aborted = _committed_and_aborted("kafkajs")
+    consumer = KafkaConsumer(bootstrap_servers=txn_broker.bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, consumer_timeout_ms=3000)
+    consumer.assign([KpTopicPartition(topic, 0), KpTopicPartition(topic, 1)])
+    consumer.seek_to_beginning()
+    assert sorted(record.value for record in consumer) == committed
+    consumer.close()
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
+def test_kafka_python_transactions_read_back_by_aiokafka(txn_broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+    from kafka import KafkaProducer
+
+    topic = _topic(txn_broker, 2)
+    producer = KafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id=_id("kafka-python"))
+    producer.init_transactions()
+    committed, aborted = _committed_and_aborted("kafka-python")
+    producer.begin_transaction()
+    for i, value in enumerate(committed):
+        producer.send(topic, value=value, partition=i)
+    producer.commit_transaction()
+    producer.begin_transaction()
+    for i, value in enumerate(aborted):
+        producer.send(topic, value=value, partition=i)
+    producer.flush()
+    producer.abort_transaction()
+    producer.close()
+
+    async def consume() -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=txn_broker.bootstrap, isolation_level="read_committed",
+                                    enable_auto_commit=False)
+        await consumer.start()
+        try:
+            partitions = [AioTopicPartition(topic, 0), AioTopicPartition(topic, 1)]
+            consumer.assign(partitions)
+            await consumer.seek_to_beginning(*partitions)
+            ends = await consumer.end_offsets(partitions)  # read_committed: the last stable offsets
+            values = []
+            while [tp for tp in partitions if await consumer.position(tp) < ends[tp]]:
+                for records in (await consumer.getmany(timeout_ms=1000)).values():
+                    values.extend(record.value for record in records)
+            return sorted(values)
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(consume()) == committed
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
+def test_aiokafka_transactions_read_back_by_confluent_kafka(txn_broker):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    topic = _topic(txn_broker, 2)
+    committed, aborted = _committed_and_aborted("aiokafka")
+
+    async def produce() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id=_id("aiokafka"))
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for i, value in enumerate(committed):
+                    await producer.send_and_wait(topic, value=value, partition=i)
+            await producer.begin_transaction()
+            for i, value in enumerate(aborted):
+                await producer.send_and_wait(topic, value=value, partition=i)
+            await producer.abort_transaction()
+        finally:
+            await producer.stop()
+
+    asyncio.run(produce())
+    assert read_all(txn_broker, topic, 2, "read_committed") == committed
+    assert read_all(txn_broker, topic, 2, "read_uncommitted") == sorted(committed + aborted)
+
+
+def test_an_idle_transactional_id_expires(tmp_path):
+    broker = BrokerProcess(tmp_path / "data", extra_args=[
+        "--set", "transactional.id.expiration.ms=500",
+        "--set", "transaction.remove.expired.transaction.cleanup.interval.ms=100"]).start()
+    try:
+        topic = _topic(broker, 1)
+        tid = _id("expiring")
+        producer = _producer(broker, tid)
+        producer.begin_transaction()
+        producer.produce(topic, value=b"kept")
+        producer.commit_transaction(30)
+        first_id = describe(broker, tid).producer_id
+        assert wait_for_state(broker, tid, "")  # TRANSACTIONAL_ID_NOT_FOUND: the id is gone
+        assert describe(broker, tid).error_code == 105
+        assert "Transactional id %r expired" % tid in broker.output()
+        again = _producer(broker, tid)  # a new producer id: the old state is gone
+        again.begin_transaction()
+        again.produce(topic, value=b"after-expiry")
+        again.commit_transaction(30)
+        assert describe(broker, tid).producer_id != first_id
+        assert read_all(broker, topic, 1, "read_committed") == [b"after-expiry", b"kept"]
+    finally:
+        broker.kill()
+
+
 # ---- restarts --------------------------------------------------------------------------------------
 
 
@@ -319,6 +447,60 @@ def test_transaction_version_2_bumps_the_epoch_on_every_end(txn_broker):
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
 
 
+def _produce_transactional(conn, version: int, tid: str, topic: str, producer_id: int, epoch: int, sequence: int,
+                           values: list[bytes]) -> int:
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=producer_id,
+                                        producer_epoch=epoch, base_sequence=sequence, batch_size=1 << 20)
+    for i, value in enumerate(values):
+        builder.append(i, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
+    topic_data = ProduceRequest.TopicProduceData
+    request = ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=5000, topic_data=[topic_data(
+        name=topic, partition_data=[topic_data.PartitionProduceData(index=0, records=bytes(builder.build()))])])
+    return conn.call(request, ProduceResponse, version).responses[0].partition_responses[0].error_code
+
+
+def test_transaction_version_2_end_to_end_without_add_partitions_or_add_offsets(txn_broker):
+    """What a Kafka 4 producer does with transaction.version 2: Produce v12 (the leader adds the
+    partition), TxnOffsetCommit v5 (the group coordinator adds its partition), EndTxn v5 (the
+    answer's bumped epoch is the next transaction's)."""
+    from kafka.protocol.producer.transaction import TxnOffsetCommitRequest, TxnOffsetCommitResponse
+
+    topic = _topic(txn_broker, 1)
+    tid, group = _id("tv2-e2e"), _id("tv2-group")
+    with RawConnection(txn_broker.bootstrap) as conn:
+        _find(conn, tid)
+        init = init_producer_id(conn, 5, transactional_id=tid)
+        pid, epoch = init.producer_id, init.producer_epoch
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 0, [b"tv2-a", b"tv2-b"]) == 0
+        state = describe(txn_broker, tid)
+        assert (state.transaction_state, [(t.topic, t.partitions) for t in state.topics]) == ("Ongoing", [(topic, [0])])
+        commit_topic = TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic
+        offsets = conn.call(TxnOffsetCommitRequest(
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=[commit_topic(name=topic, partitions=[
+                commit_topic.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=2,
+                                                             committed_leader_epoch=-1, committed_metadata="")])]),
+            TxnOffsetCommitResponse, 5)
+        assert [p.error_code for t in offsets.topics for p in t.partitions] == [0]
+        ended = _end(conn, 5, tid, pid, epoch, True)
+        assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
+        assert wait_for_state(txn_broker, tid, "CompleteCommit")
+        # The old epoch is fenced; the new one starts its sequence at 0
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 2, [b"stale"]) in (47, 90)
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch + 1, 0, [b"tv2-aborted"]) == 0
+        aborted = _end(conn, 5, tid, pid, epoch + 1, False)
+        assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+    assert read_all(txn_broker, topic, 1, "read_committed") == [b"tv2-a", b"tv2-b"]
+    consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group})
+    (committed,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    consumer.close()
+    assert committed.offset == 2
+
+
 def test_describe_and_list_transactions(txn_broker):
     from kafka.protocol.admin import (DescribeTransactionsRequest, DescribeTransactionsResponse,
                                       ListTransactionsRequest, ListTransactionsResponse)
@@ -351,4 +533,10 @@ def test_describe_and_list_transactions(txn_broker):
         unknown = conn.call(ListTransactionsRequest(state_filters=["Bogus"], producer_id_filters=[]),
                             ListTransactionsResponse, 0)
         assert unknown.unknown_state_filters == ["Bogus"]
+        # v2: a regular expression the whole id must match
+        assert listed(2, state_filters=[], producer_id_filters=[], transactional_id_pattern="described-.*") >= {tid}
+        assert tid not in listed(2, state_filters=[], producer_id_filters=[], transactional_id_pattern="described")
+        bad = conn.call(ListTransactionsRequest(state_filters=[], producer_id_filters=[],
+                                                transactional_id_pattern="(unclosed"), ListTransactionsResponse, 2)
+        assert bad.error_code == 128  # INVALID_REGULAR_EXPRESSION
     producer.commit_transaction(30)

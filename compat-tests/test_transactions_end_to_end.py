@@ -1,9 +1,9 @@
 """Transactions end to end against a real broker process: confluent-kafka transactional producers
 (through the transaction coordinator) whose committed and aborted batches interleave on the same
 partitions, read by confluent-kafka, kafka-python and aiokafka at both isolation levels; the last
-stable offset while transactions are open; the partition leader's KIP-890 verification refusing
-a transactional batch for a partition never added to the transaction; kafka-python's and
-aiokafka's and kafkajs's transactional producers (their own APIs) read back by every reader."""
+stable offset while transactions are open; and the partition leader's KIP-890 verification
+refusing a transactional batch for a partition never added to the transaction. (kafkajs',
+kafka-python's and aiokafka's own transactional producers: test_transactions_coordinator.py.)"""
 
 from __future__ import annotations
 
@@ -121,71 +121,3 @@ def test_a_batch_for_a_partition_never_added_is_refused(broker):
             send_end(conn, topic, partition)
     assert READERS["confluent-kafka"](broker.bootstrap, topic, "read_committed", 0) == [b"added", END]
     assert READERS["confluent-kafka"](broker.bootstrap, topic, "read_uncommitted", 1) == [END]
-
-
-# ---- other clients' transactional producers ------------------------------------------------------
-
-
-def kafka_python_transactions(broker, topic: str, transactional_id: str) -> None:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id)
-    try:
-        producer.init_transactions()
-        producer.begin_transaction()
-        producer.send(topic, b"kafka-python-aborted", partition=0)
-        producer.flush()
-        producer.abort_transaction()
-        producer.begin_transaction()
-        producer.send(topic, b"kafka-python-committed", partition=0)
-        producer.commit_transaction()
-    finally:
-        producer.close()
-
-
-def aiokafka_transactions(broker, topic: str, transactional_id: str) -> None:
-    import asyncio
-
-    async def run() -> None:
-        from aiokafka import AIOKafkaProducer
-
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id=transactional_id)
-        await producer.start()
-        try:
-            await producer.begin_transaction()
-            await (await producer.send(topic, b"aiokafka-aborted", partition=0))
-            await producer.abort_transaction()
-            async with producer.transaction():
-                await (await producer.send(topic, b"aiokafka-committed", partition=0))
-        finally:
-            await producer.stop()
-
-    asyncio.run(run())
-
-
-def kafkajs_transactions(broker, topic: str, transactional_id: str) -> None:
-    import subprocess
-    from pathlib import Path
-
-    js = Path(__file__).parent / "js"
-    assert (js / "node_modules" / "kafkajs").is_dir(), f"run: cd {js} && npm install --no-audit --no-fund"
-    done = subprocess.run(["node", str(js / "transactions.js"), broker.bootstrap, topic], capture_output=True,
-                          text=True, timeout=60)
-    assert done.returncode == 0, f"transactions.js failed:\n{done.stderr[-4000:]}"
-
-
-PRODUCERS = {"kafka-python": kafka_python_transactions, "aiokafka": aiokafka_transactions,
-             "kafkajs": kafkajs_transactions}
-
-
-@pytest.mark.parametrize("client", PRODUCERS)
-def test_other_clients_transactions_read_back_by_every_reader(broker, client):
-    topic = f"{client}-{uuid.uuid4().hex[:8]}"
-    create_topic(broker.bootstrap, topic, 1)
-    PRODUCERS[client](broker, topic, f"{client}-{uuid.uuid4().hex[:8]}")
-    with RawConnection(broker.bootstrap) as conn:
-        send_end(conn, topic)
-    for reader in READERS.values():
-        assert reader(broker.bootstrap, topic, "read_committed", 0) == [f"{client}-committed".encode(), END]
-    assert READERS["confluent-kafka"](broker.bootstrap, topic, "read_uncommitted", 0) == [
-        f"{client}-aborted".encode(), f"{client}-committed".encode(), END]

@@ -80,6 +80,15 @@ AMENDMENTS: dict[str, dict] = {
     "WriteTxnMarkersRequest": {"validVersions": "0-2", "append": {("Markers",): [
         {"name": "TransactionVersion", "type": "int8", "versions": "2+", "ignorable": True, "default": "0"}]}},
     "WriteTxnMarkersResponse": {"validVersions": "0-2"},
+    # Kafka 4.0's TxnOffsetCommit v5 (KIP-890 part 2: v4's layout, the offsets partition added for
+    # transaction version 2) and Kafka 4.1's ListTransactions v2 (KIP-1152: a transactional id
+    # pattern), newer than the stored specs.
+    "TxnOffsetCommitRequest": {"validVersions": "0-5"},
+    "TxnOffsetCommitResponse": {"validVersions": "0-5"},
+    "ListTransactionsRequest": {"validVersions": "0-2", "append": {(): [
+        {"name": "TransactionalIdPattern", "type": "string", "versions": "2+", "nullableVersions": "2+",
+         "default": "null"}]}},
+    "ListTransactionsResponse": {"validVersions": "0-2"},
 }
 
 SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct

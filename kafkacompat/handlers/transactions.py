@@ -209,8 +209,9 @@ async def handle_describe_transactions(request, ctx: RequestContext):
 @handles(LIST_TRANSACTIONS, 0, _kafka_max(LIST_TRANSACTIONS, 2))
 async def handle_list_transactions(request, ctx: RequestContext):
     duration = request.duration_filter if ctx.version >= 1 else -1
+    pattern = request.transactional_id_pattern if ctx.version >= 2 else None
     error, unknown, matches = coordinator(ctx).list_transactions(
-        set(request.state_filters), set(request.producer_id_filters), duration)
+        set(request.state_filters), set(request.producer_id_filters), duration, pattern)
     state_cls = response_class(LIST_TRANSACTIONS).TransactionState
     states = [state_cls(transactional_id=m.transactional_id, producer_id=m.producer_id,
                         transaction_state=m.state.kafka_name) for m in matches]

@@ -20,6 +20,7 @@ other requests for the id answer CONCURRENT_TRANSACTIONS until it is written or 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -129,11 +130,11 @@ class TransactionCoordinator:
         index = self.partition_for(transactional_id)
         if index in self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-        if index not in self.owned:
-            if not self.clustered and self.topic() is None:
+        if index not in self.owned and not self.clustered:
+            if self.topic() is None:
                 return ErrorCode.COORDINATOR_NOT_AVAILABLE
-            return ErrorCode.NOT_COORDINATOR
-        return ErrorCode.NONE
+            self.on_topic_created()  # created by someone else (CreateTopics): a single node owns it all
+        return ErrorCode.NONE if index in self.owned else ErrorCode.NOT_COORDINATOR
 
     async def _write(self, metadata: TransactionMetadata, transit: Transit, coordinator_epoch: int) -> int:
         """Write ``transit`` with acks=-1 and apply it (0), or abandon it and return the error."""
@@ -528,6 +529,13 @@ class TransactionCoordinator:
         self._spawn(self._write_markers_and_complete, metadata, coordinator_epoch)
 
     async def _write_markers_and_complete(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
+        try:
+            await self._complete_transaction(metadata, coordinator_epoch)
+        except Exception:
+            # The state stays PrepareCommit/PrepareAbort: the partition's next leader resumes it.
+            log.exception("Completing the transaction of transactional id %r failed", metadata.transactional_id)
+
+    async def _complete_transaction(self, metadata: TransactionMetadata, coordinator_epoch: int) -> None:
         tid = metadata.transactional_id
         committed = metadata.state == TxnState.PREPARE_COMMIT
         remaining = set(metadata.partitions)
@@ -559,6 +567,7 @@ class TransactionCoordinator:
         while self._still_owns(metadata, coordinator_epoch):
             if metadata.pending_state is not None:
                 await trio.sleep(delay)
+                delay = min(delay * 2, _MARKER_RETRY_MAX_S)
                 continue
             error = await self._write(metadata, metadata.prepare_complete(self.wall_clock()), coordinator_epoch)
             if error in (ErrorCode.NONE, ErrorCode.NOT_COORDINATOR):
@@ -587,10 +596,17 @@ class TransactionCoordinator:
         return ErrorCode.NONE, metadata
 
     def list_transactions(self, states: set[str], producer_ids: set[int], min_duration_ms: int,
-                          ) -> tuple[int, list[str], list[TransactionMetadata]]:
-        """(error, unknown state filters, matches). ``min_duration_ms`` < 0: no duration filter."""
+                          id_pattern: str | None = None) -> tuple[int, list[str], list[TransactionMetadata]]:
+        """(error, unknown state filters, matches). ``min_duration_ms`` < 0: no duration filter;
+        ``id_pattern`` (ListTransactions v2), when not empty: ids the whole regular expression matches."""
         if self.loading:
             return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, [], []
+        matcher = None
+        if id_pattern:
+            try:
+                matcher = re.compile(id_pattern)
+            except re.error:
+                return ErrorCode.INVALID_REGULAR_EXPRESSION, [], []
         unknown = sorted(name for name in states if name not in _STATE_NAMES)
         wanted = {TxnState[_STATE_NAMES[name]] for name in states if name in _STATE_NAMES}
         now = self.wall_clock()
@@ -602,9 +618,10 @@ class TransactionCoordinator:
                 continue
             if producer_ids and metadata.producer_id not in producer_ids:
                 continue
-            if min_duration_ms >= 0 and not (metadata.state == TxnState.ONGOING
-                                             and now - metadata.start_ms > min_duration_ms):
+            if matcher is not None and matcher.fullmatch(metadata.transactional_id) is None:
                 continue
+            if min_duration_ms >= 0 and now - metadata.start_ms <= min_duration_ms:
+                continue  # as Kafka: running no longer than the filter (start -1 never is)
             matches.append(metadata)
         return ErrorCode.NONE, unknown, matches
 

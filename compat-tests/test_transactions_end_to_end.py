@@ -2,7 +2,8 @@
 (through the transaction coordinator) whose committed and aborted batches interleave on the same
 partitions, read by confluent-kafka, kafka-python and aiokafka at both isolation levels; the last
 stable offset while transactions are open; and the partition leader's KIP-890 verification
-refusing a transactional batch for a partition never added to the transaction."""
+refusing a transactional batch for a partition never added to the transaction. (kafkajs',
+kafka-python's and aiokafka's own transactional producers: test_transactions_coordinator.py.)"""
 
 from __future__ import annotations
 

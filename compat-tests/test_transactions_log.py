@@ -145,8 +145,15 @@ def test_marker_errors(shared_broker):
         producer.send(topic, 0, b"y")
         assert producer.end(False, {topic: [0]}, coordinator_epoch=6) == {(topic, 0): TRANSACTION_COORDINATOR_FENCED}
         assert producer.end(False, {topic: [0]}, coordinator_epoch=8) == {(topic, 0): 0}
+        # WriteTxnMarkers v2, transaction version 2: the coordinator bumped the epoch for the marker
+        producer.send(topic, 0, b"z")
+        assert producer.end(True, {topic: [0]}, coordinator_epoch=8, transaction_version=2) == {
+            (topic, 0): INVALID_PRODUCER_EPOCH}  # the producer's own epoch: not newer
+        assert producer.end(True, {topic: [0]}, coordinator_epoch=8, transaction_version=2, epoch=4) == {(topic, 0): 0}
+        assert producer.end(True, {topic: [0]}, coordinator_epoch=8, transaction_version=2, epoch=4) == {
+            (topic, 0): 0}  # a retry of that marker
         send_end(conn, topic)
-    assert confluent_values(shared_broker.bootstrap, topic, "read_committed") == [b"x", END]
+    assert confluent_values(shared_broker.bootstrap, topic, "read_committed") == [b"x", b"z", END]
 
 
 def test_produce_errors(shared_broker):

@@ -77,15 +77,17 @@ class Producer:
         return error, offset
 
     def end(self, committed: bool, partitions: dict[str, list[int]], *, coordinator_epoch: int = 0,
-            epoch: int | None = None) -> dict[tuple[str, int], int]:
+            epoch: int | None = None, transaction_version: int | None = None) -> dict[tuple[str, int], int]:
         return write_markers(self.conn, self.producer_id, self.epoch if epoch is None else epoch, committed,
-                             partitions, coordinator_epoch=coordinator_epoch)
+                             partitions, coordinator_epoch=coordinator_epoch, transaction_version=transaction_version)
 
 
 def write_markers(conn: RawConnection, producer_id: int, epoch: int, committed: bool,
                   partitions: dict[str, list[int]], *, coordinator_epoch: int = 0,
-                  version: int = 1) -> dict[tuple[str, int], int]:
-    """One WriteTxnMarkers request with one marker; the error code per partition."""
+                  transaction_version: int | None = None) -> dict[tuple[str, int], int]:
+    """One WriteTxnMarkers request with one marker (v1, or v2 with a transaction version); the
+    error code per partition."""
+    version = 1 if transaction_version is None else 2
     from kafkacompat.wire.messages.write_txn_markers_request import (
         WritableTxnMarker,
         WritableTxnMarkerTopic,
@@ -95,7 +97,7 @@ def write_markers(conn: RawConnection, producer_id: int, epoch: int, committed: 
 
     request = WriteTxnMarkersRequest([WritableTxnMarker(
         producer_id, epoch, committed, [WritableTxnMarkerTopic(t, list(p)) for t, p in partitions.items()],
-        coordinator_epoch)])
+        coordinator_epoch, transaction_version or 0)])
     correlation_id = next(_correlation_ids)
     conn.send(frame(request_header(WRITE_TXN_MARKERS, version, correlation_id, flexible=True)
                     + bytes(request.encode(version))))

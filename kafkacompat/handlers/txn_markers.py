@@ -1,7 +1,8 @@
-"""WriteTxnMarkers (v1, the 4.x baseline; v0 went in Kafka 4.0): the transaction coordinator
-asks this broker, as leader of the partitions, to end a producer's transaction on them with a
-COMMIT or ABORT marker (replication/txn_markers.py). Markers of one request are written
-concurrently; each partition is answered once its marker is replicated, or with its error."""
+"""WriteTxnMarkers (v1-2 as Kafka 4.x: v0 went in 4.0, v2 carries the transaction version): the
+transaction coordinator asks this broker, as leader of the partitions, to end a producer's
+transaction on them with a COMMIT or ABORT marker (replication/txn_markers.py). Markers of one
+request are written concurrently; each partition is answered once its marker is replicated, or
+with its error."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from kafkacompat.wire.codec import response_class
 WRITE_TXN_MARKERS = 27
 
 
-@handles(WRITE_TXN_MARKERS, 1, 1)
+@handles(WRITE_TXN_MARKERS, 1, 2)
 async def handle_write_txn_markers(request, ctx: RequestContext):
     results: list[dict[tuple[str, int], int]] = [{} for _ in request.markers]
     async with trio.open_nursery() as nursery:
@@ -37,5 +38,5 @@ async def _write_one(ctx: RequestContext, marker, results: list[dict[tuple[str, 
     partitions = [(topic.name, index) for topic in marker.topics for index in topic.partition_indexes]
     results[slot] = await ctx.replicas.write_txn_markers(
         marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.transaction_result, partitions,
-        transaction_version=getattr(marker, "transaction_version", 0),
+        transaction_version=marker.transaction_version,
     )

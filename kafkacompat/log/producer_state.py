@@ -217,7 +217,8 @@ class ProducerStateManager:
 
         Returns the metadata of the batch it duplicates (to be acknowledged, not written), None
         when it is to be appended, or raises KafkaError (INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD, INVALID_TXN_STATE for a transactional batch).
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD, INVALID_TXN_STATE for a plain batch inside
+        the producer's open transaction; checked in Kafka's order).
         """
         producer_id, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
         if first_seq < 0:
@@ -232,12 +233,6 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(epoch, first_seq, header.last_sequence)
         if duplicate is not None:
             return duplicate
-        if entry.current_txn_first_offset >= 0 and not header.is_transactional and epoch >= entry.producer_epoch:
-            raise KafkaError(
-                ErrorCode.INVALID_TXN_STATE,
-                f"producer {producer_id} sent a non-transactional batch to {self.label} while its transaction "
-                f"from offset {entry.current_txn_first_offset} is open",
-            )
         if epoch < entry.producer_epoch:
             raise KafkaError(
                 ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -256,6 +251,12 @@ class ProducerStateManager:
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"out of order sequence number for producer {producer_id} (epoch {epoch}) on {self.label}: "
                 f"got {first_seq}, expected {(entry.last_seq + 1) & INT32_MAX} after {entry.last_seq}",
+            )
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} sent a non-transactional batch to {self.label} while its transaction "
+                f"from offset {entry.current_txn_first_offset} is open",
             )
         return None
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkacompat.transactions")
 
 WRITE_TXN_MARKERS = 27
-WRITE_TXN_MARKERS_VERSION = 1
+WRITE_TXN_MARKERS_VERSION = 2  # v2 (KIP-890) carries the marker's transaction version
 
 
 class LocalMarkerWriter(Protocol):
@@ -71,11 +71,12 @@ class TxnMarkerWriter:
                     transaction_version=transaction_version))
             else:
                 results.update(await self._remote(leader, producer_id, producer_epoch, committed,
-                                                  coordinator_epoch, owned))
+                                                  coordinator_epoch, owned, transaction_version))
         return results
 
     async def _remote(self, leader: int, producer_id: int, producer_epoch: int, committed: bool,
-                      coordinator_epoch: int, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+                      coordinator_epoch: int, partitions: list[tuple[str, int]],
+                      transaction_version: int) -> dict[tuple[str, int], int]:
         cls = request_class(WRITE_TXN_MARKERS)
         topics: dict[str, list[int]] = {}
         for topic, index in partitions:
@@ -84,7 +85,7 @@ class TxnMarkerWriter:
             producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=committed,
             topics=[cls.WritableTxnMarker.WritableTxnMarkerTopic(name=name, partition_indexes=ids)
                     for name, ids in topics.items()],
-            coordinator_epoch=coordinator_epoch)
+            coordinator_epoch=coordinator_epoch, transaction_version=transaction_version)
         try:
             response = await self.channel.request(leader, WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
                                                   cls(markers=[marker]))

@@ -445,6 +445,13 @@ def test_transaction_version_2_bumps_the_epoch_on_every_end(txn_broker):
         assert _add_partitions(conn, 5, tid, pid, epoch + 1, [(topic, [0])]) == {(topic, 0): 0}
         aborted = _end(conn, 5, tid, pid, epoch + 1, False)
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+        # KIP-890: an abort with nothing added bumps the epoch too; a commit of nothing is refused
+        empty = _end(conn, 5, tid, pid, epoch + 2, False)
+        assert (empty.error_code, empty.producer_epoch) == (0, epoch + 3)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+        assert _end(conn, 5, tid, pid, epoch + 3, True).error_code == 48  # INVALID_TXN_STATE
+        assert _end(conn, 5, tid, pid, epoch + 1, False).error_code == 90  # an old epoch: PRODUCER_FENCED
 
 
 def _produce_transactional(conn, version: int, tid: str, topic: str, producer_id: int, epoch: int, sequence: int,
@@ -493,6 +500,13 @@ def test_transaction_version_2_end_to_end_without_add_partitions_or_add_offsets(
         assert _produce_transactional(conn, 12, tid, topic, pid, epoch + 1, 0, [b"tv2-aborted"]) == 0
         aborted = _end(conn, 5, tid, pid, epoch + 1, False)
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+        # KIP-890: an abort with nothing added bumps the epoch too; a commit of nothing is refused
+        empty = _end(conn, 5, tid, pid, epoch + 2, False)
+        assert (empty.error_code, empty.producer_epoch) == (0, epoch + 3)
+        assert wait_for_state(txn_broker, tid, "CompleteAbort")
+        assert _end(conn, 5, tid, pid, epoch + 3, True).error_code == 48  # INVALID_TXN_STATE
+        assert _end(conn, 5, tid, pid, epoch + 1, False).error_code == 90  # an old epoch: PRODUCER_FENCED
         assert wait_for_state(txn_broker, tid, "CompleteAbort")
     assert read_all(txn_broker, topic, 1, "read_committed") == [b"tv2-a", b"tv2-b"]
     consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": group})

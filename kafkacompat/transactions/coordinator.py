@@ -33,6 +33,7 @@ from kafkacompat.transactions import log as txnlog
 from kafkacompat.transactions.log import NO_PRODUCER_ID, TRANSACTION_STATE_TOPIC
 from kafkacompat.transactions.metadata import (
     EXPIRATION_ALLOWED,
+    MAX_EPOCH,
     NO_PRODUCER_EPOCH,
     TransactionMetadata,
     Transit,
@@ -455,19 +456,22 @@ class TransactionCoordinator:
         return await self._end(tid, producer_id, epoch, committed=committed, from_client=True,
                                transaction_version=transaction_version, fence=None)
 
-    def _valid_end_epoch(self, metadata: TransactionMetadata, producer_id: int, epoch: int,
-                         from_client: bool) -> tuple[bool, bool]:
-        """(epoch valid, a TV2 retry after an epoch overflow) as endTransaction decides them."""
-        if not metadata.supports_epoch_bump:
+    @staticmethod
+    def _valid_end_epoch(metadata: TransactionMetadata, producer_id: int, epoch: int, from_client: bool,
+                         tv2: bool) -> tuple[bool, bool]:
+        """(epoch valid, a retry of an EndTxn that took effect) as Kafka 4.2's endTransaction (TV2)
+        and endTransactionWithTV1 decide them."""
+        if not tv2:
             return (not from_client or epoch == metadata.producer_epoch) and epoch >= metadata.producer_epoch, False
-        bumped = metadata.producer_epoch == epoch + 1
-        overflow_retry = (metadata.previous_producer_id == producer_id and epoch == 32766
-                          and metadata.producer_epoch == 0)
+        retry_on_bump = metadata.producer_epoch == epoch + 1
+        retry_on_overflow = (metadata.previous_producer_id == producer_id and epoch == MAX_EPOCH - 1
+                             and metadata.producer_epoch == 0)
         state = metadata.state
         if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
-            return bumped, False
+            return retry_on_bump, retry_on_bump
         if state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
-            return bumped or overflow_retry, overflow_retry
+            retry = retry_on_bump or retry_on_overflow
+            return retry or epoch == metadata.producer_epoch, retry
         return epoch == metadata.producer_epoch, False
 
     async def _end(self, tid: str, producer_id: int, epoch: int, *, committed: bool, from_client: bool,
@@ -477,14 +481,17 @@ class TransactionCoordinator:
         if metadata is None:
             return (ErrorCode.INVALID_PRODUCER_ID_MAPPING, *none)
         coordinator_epoch = self._coordinator_epoch(tid)
+        version = metadata.client_transaction_version if transaction_version is None else transaction_version
+        tv2 = version >= TV2 and fence is None
         if fence is not None:
             # The fence's bumped epoch is taken now; the abort below is what gets written.
             metadata.pending_state = None
             metadata.producer_epoch = fence.producer_epoch
             metadata.last_producer_epoch = NO_PRODUCER_EPOCH
-            valid, overflow_retry = True, False
+            valid, retry = True, False
         else:
-            valid, overflow_retry = self._valid_end_epoch(metadata, producer_id, epoch, from_client)
+            valid, retry = self._valid_end_epoch(metadata, producer_id, epoch, from_client, tv2)
+        overflow_retry = retry and metadata.producer_id != producer_id
         if metadata.producer_id != producer_id and not overflow_retry:
             return (ErrorCode.INVALID_PRODUCER_ID_MAPPING, *none)
         if not valid:
@@ -494,15 +501,21 @@ class TransactionCoordinator:
         state = metadata.state
         wanted_prepare = TxnState.PREPARE_COMMIT if committed else TxnState.PREPARE_ABORT
         wanted_complete = TxnState.COMPLETE_COMMIT if committed else TxnState.COMPLETE_ABORT
-        if state == wanted_complete:
-            return ErrorCode.NONE, metadata.producer_id, metadata.producer_epoch  # a retry of what is done
+        current = (ErrorCode.NONE, metadata.producer_id, metadata.producer_epoch)
+        # Transaction version 2 lets a producer abort with nothing added (Empty, or right after a
+        # completed transaction): the epoch is bumped all the same (KIP-890's "EB").
+        empty_abort = tv2 and not committed and not retry and state in (
+            TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+        if state == wanted_complete and not empty_abort:
+            if tv2 and not retry:
+                return (ErrorCode.INVALID_TXN_STATE, *none)
+            return current  # a retry of what is done
         if state == wanted_prepare:
             return (ErrorCode.CONCURRENT_TRANSACTIONS, *none)
-        if state != TxnState.ONGOING:
+        if state != TxnState.ONGOING and not empty_abort:
             log.debug("EndTxn(%s) for transactional id %r in %s", "commit" if committed else "abort", tid,
                       state.kafka_name)
             return (ErrorCode.INVALID_TXN_STATE, *none)
-        version = metadata.client_transaction_version if transaction_version is None else transaction_version
         next_producer_id = NO_PRODUCER_ID
         if fence is None and version >= TV2 and metadata.epoch_exhausted:
             next_producer_id = await self.producer_ids.generate()
@@ -511,6 +524,9 @@ class TransactionCoordinator:
         if fence is not None:
             transit = metadata.prepare_end(wanted_prepare, TV0, next_producer_id, self.wall_clock())
             transit = _with_version(transit, metadata.client_transaction_version)
+        elif empty_abort:
+            transit = metadata.prepare_end(wanted_prepare, version, next_producer_id, self.wall_clock(),
+                                           starting=True)
         else:
             transit = metadata.prepare_end(wanted_prepare, version, next_producer_id, self.wall_clock())
         error = await self._write(metadata, transit, coordinator_epoch)

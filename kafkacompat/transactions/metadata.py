@@ -6,13 +6,13 @@ has it, or dropped with ``abandon`` when the write failed. While a change is pen
 for the id answer CONCURRENT_TRANSACTIONS.
 
     Empty             -> Ongoing (AddPartitionsToTxn / AddOffsetsToTxn), Empty (InitProducerId),
-                         Dead (expiration)
+                         Dead (expiration), PrepareAbort (transaction version 2: an abort of nothing)
     Ongoing           -> Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence (InitProducerId or
                          a timeout fences the producer, then aborts)
     PrepareEpochFence -> PrepareAbort
     PrepareCommit     -> CompleteCommit (all markers written)
     PrepareAbort      -> CompleteAbort
-    Complete*         -> Ongoing, Empty, Dead
+    Complete*         -> Ongoing, Empty, Dead, PrepareAbort (as from Empty)
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ _VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     TxnState.ONGOING: frozenset({TxnState.ONGOING, TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
                                  TxnState.COMPLETE_ABORT}),
     TxnState.PREPARE_COMMIT: frozenset({TxnState.ONGOING}),
-    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE}),
+    # Empty and Complete*: transaction version 2's abort with no partitions (an epoch bump)
+    TxnState.PREPARE_ABORT: frozenset({TxnState.ONGOING, TxnState.PREPARE_EPOCH_FENCE, TxnState.EMPTY,
+                                       TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT}),
     TxnState.COMPLETE_COMMIT: frozenset({TxnState.PREPARE_COMMIT}),
     TxnState.COMPLETE_ABORT: frozenset({TxnState.PREPARE_ABORT}),
     TxnState.DEAD: frozenset({TxnState.EMPTY, TxnState.COMPLETE_ABORT, TxnState.COMPLETE_COMMIT}),
@@ -185,13 +187,15 @@ class TransactionMetadata:
                              client_transaction_version=client_transaction_version)
 
     def prepare_end(self, state: TxnState, client_transaction_version: int, next_producer_id: int,
-                    now_ms: int) -> Transit:
+                    now_ms: int, *, starting: bool = False) -> Transit:
+        """PrepareCommit/PrepareAbort; ``starting``: an abort of nothing (TV2), which starts now."""
         if client_transaction_version >= 2:
             epoch, last = self.producer_epoch + 1, self.producer_epoch
         else:
             epoch, last = self.producer_epoch, self.last_producer_epoch
+        extra = {"partitions": frozenset(), "start_ms": now_ms} if starting else {}
         return self._transit(state, next_producer_id=next_producer_id, producer_epoch=epoch, last_producer_epoch=last,
-                             last_update_ms=now_ms, client_transaction_version=client_transaction_version)
+                             last_update_ms=now_ms, client_transaction_version=client_transaction_version, **extra)
 
     def prepare_complete(self, now_ms: int) -> Transit:
         state = TxnState.COMPLETE_COMMIT if self.state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT

@@ -23,7 +23,9 @@ TIMEOUT = 30
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("txn-e2e") / "data").start()
+    # One __transaction_state partition: creating Kafka's 50 is most of a transactional test's time.
+    broker = BrokerProcess(tmp_path_factory.mktemp("txn-e2e") / "data",
+                           extra_args=["--set", "transaction.state.log.num.partitions=1"]).start()
     yield broker
     broker.kill()
 
@@ -121,3 +123,53 @@ def test_a_batch_for_a_partition_never_added_is_refused(broker):
             send_end(conn, topic, partition)
     assert READERS["confluent-kafka"](broker.bootstrap, topic, "read_committed", 0) == [b"added", END]
     assert READERS["confluent-kafka"](broker.bootstrap, topic, "read_uncommitted", 1) == [END]
+
+
+# ---- compaction ----------------------------------------------------------------------------------
+
+
+def test_compaction_removes_aborted_records_and_read_committed_stays_right(tmp_path):
+    """A compacted topic with small segments and an eager cleaner: after a clean, the aborted
+    records are gone from the log itself (read_uncommitted no longer sees them) and what
+    read_committed sees is unchanged."""
+    from confluent_kafka import Producer
+
+    broker = BrokerProcess(tmp_path / "data", extra_args=["--set", "log.cleaner.backoff.ms=50",
+                                                          "--set", "transaction.state.log.num.partitions=1"]).start()
+    try:
+        topic = "compacted-txn"
+        create_topic(broker.bootstrap, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "300",
+                                                  "min.cleanable.dirty.ratio": "0.01"})
+        producer = transactional(broker, "compacting")
+        for value, commit in ((b"aborted-1", False), (b"committed-1", True), (b"aborted-2", False),
+                              (b"committed-2", True)):
+            producer.begin_transaction()
+            producer.produce(topic, key=value, value=value, partition=0)
+            producer.abort_transaction(TIMEOUT) if not commit else producer.commit_transaction(TIMEOUT)
+        plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+        offsets: list[int] = []
+        for i in range(4):  # filler, so that the transactions' segments are no longer the active one
+            plain.produce(topic, key=b"filler-%d" % i, value=b"filler", partition=0,
+                          on_delivery=lambda err, msg: offsets.append(msg.offset()))
+            assert plain.flush(TIMEOUT) == 0
+        plain.produce(topic, key=END, value=END, partition=0)
+        assert plain.flush(TIMEOUT) == 0
+        wait_for_clean(broker, topic, past=offsets[0])  # every transaction is below the first filler
+        fillers = [b"filler"] * 4
+        for isolation in ("read_committed", "read_uncommitted"):
+            assert READERS["confluent-kafka"](broker.bootstrap, topic, isolation, 0) == [
+                b"committed-1", b"committed-2", *fillers, END]
+    finally:
+        broker.kill()
+
+
+def wait_for_clean(broker, topic: str, *, past: int) -> None:
+    """Until the broker logs a clean of the partition up to an offset beyond ``past``."""
+    import re
+    import time
+
+    pattern = re.compile(rf"Cleaned {re.escape(topic)}-0 up to offset (\d+)")
+    deadline = time.monotonic() + TIMEOUT
+    while not any(int(found) > past for found in pattern.findall(broker.output())):
+        assert time.monotonic() < deadline, f"no clean of {topic}-0 past offset {past}:\n{broker.output()[-4000:]}"
+        time.sleep(0.05)

@@ -272,3 +272,15 @@ def test_a_read_committed_read_lists_only_the_aborts_of_the_segments_it_read(tmp
     everything = log.read(0, 1 << 20, max_offset=lso(log))
     assert [t.producer_id for t in log.aborted_transactions(0, everything.upper_bound)] == [PID, OTHER]
     log.close()
+
+
+def test_an_index_entry_the_disk_refused_is_served_and_written_at_the_next_flush(log):
+    produce(log, txn_batch(PID, 0))  # 0-2
+    assert log.aborted_transactions(0, 3) == []  # the (missing) index was read: no entry yet
+    blocked = log.dir / "00000000000000000000.txnindex"
+    blocked.mkdir()  # a real failure: the index cannot be opened for writing (EISDIR)
+    marker(log, PID, False)  # 3: written, its index entry not
+    assert log.aborted_transactions(0, 4) == [AbortedTxn(PID, 0, 3, 4)]
+    blocked.rmdir()
+    log.flush()
+    assert txnindex_bytes(log) == AbortedTxn(PID, 0, 3, 4).encode()

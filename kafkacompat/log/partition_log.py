@@ -419,10 +419,11 @@ class PartitionLog:
             if completed is not None and completed.aborted:
                 try:
                     self._index_aborted(segment, completed)
-                except OSError as error:  # the batch is written: recovery rebuilds the entry
+                except OSError as error:  # the batch is written; reads use the entry, kept in memory
                     logger.error("Could not add the aborted transaction of producer %d (offsets %d to %d) to %s's "
-                                 "transaction index: %s", completed.producer_id, completed.first_offset,
-                                 completed.last_offset, self.name, error)
+                                 "transaction index file: %s; it is written again at the next flush",
+                                 completed.producer_id, completed.first_offset, completed.last_offset, self.name,
+                                 error)
 
     def _assign_offsets(self, records: memoryview, headers: list[BatchHeader], leader_epoch: int) -> None:
         next_offset = self._log_end_offset

@@ -182,6 +182,11 @@ class LogSegment:
         if self._time_index.loaded and self._max_timestamp_known:
             self._append_final_time_index_entry()
         self._write_pending_index_entries()
+        try:
+            self.txn_index.write_unwritten()
+        except OSError as error:
+            logger.error("%s: the transaction index %s lacks entries that could not be written (%s); a restart "
+                         "without recovery of this segment would miss them", self.label, self.name, error)
         for path in (self.log_path, self.index_path, self.time_index_path):
             self._files.forget(path)
 

@@ -42,6 +42,7 @@ class TransactionIndex:
         self.path = path
         self.label = label
         self._entries: list[AbortedTxn] | None = None  # None: not read yet
+        self._unwritten = False  # an append's write failed: the file lacks entries memory has
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -76,12 +77,39 @@ class TransactionIndex:
         if entries and txn.last_offset <= entries[-1].last_offset:
             raise ValueError(f"{self.label}: aborted transaction ending at {txn.last_offset} does not follow the "
                              f"last one in {os.path.basename(self.path)}, ending at {entries[-1].last_offset}")
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        entries.append(txn)  # served from memory even when the file cannot take it now
+        if self._unwritten:
+            self.write_unwritten()
+            return
         try:
-            os.write(fd, txn.encode())
-        finally:
-            os.close(fd)
-        entries.append(txn)
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                if os.write(fd, txn.encode()) != ENTRY_SIZE:
+                    raise OSError(f"short write to {self.path}")
+            finally:
+                os.close(fd)
+        except OSError:
+            self._unwritten = True
+            raise
+
+    def write_unwritten(self) -> None:
+        """After a failed append: the whole file again from memory (temporary file, renamed)."""
+        if not self._unwritten or self._entries is None:
+            return
+        partial = self.path + ".tmp"
+        try:
+            with open(partial, "wb") as file:
+                file.write(b"".join(txn.encode() for txn in self._entries))
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(partial, self.path)
+        except OSError:
+            try:
+                os.unlink(partial)
+            except OSError:
+                pass
+            raise
+        self._unwritten = False
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries of transactions whose marker is at ``offset`` or later."""
@@ -92,7 +120,9 @@ class TransactionIndex:
         if keep == len(entries):
             return
         del entries[keep:]
-        if keep:
+        if self._unwritten:
+            self.write_unwritten()
+        elif keep:
             os.truncate(self.path, keep * ENTRY_SIZE)
         else:
             self.delete()
@@ -109,8 +139,10 @@ class TransactionIndex:
         except FileNotFoundError:
             pass
         self._entries = None
+        self._unwritten = False
 
     def fsync(self) -> None:
+        self.write_unwritten()
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except FileNotFoundError:

@@ -41,8 +41,6 @@ class ListTransactionsRequest:
 def _e_ListTransactionsRequest_0(m, buf):
     if m.duration_filter != -1:
         raise unsupported('ListTransactionsRequest', 'DurationFilter', '1+')
-    if m.transactional_id_pattern is not None:
-        raise unsupported('ListTransactionsRequest', 'TransactionalIdPattern', '2+')
     a1 = m.state_filters
     n2 = len(a1)
     if n2 < 127:
@@ -86,8 +84,6 @@ def _d_ListTransactionsRequest_0(data, pos):
 
 
 def _e_ListTransactionsRequest_1(m, buf):
-    if m.transactional_id_pattern is not None:
-        raise unsupported('ListTransactionsRequest', 'TransactionalIdPattern', '2+')
     a1 = m.state_filters
     n2 = len(a1)
     if n2 < 127:

@@ -401,7 +401,7 @@ def test_bad_input_gets_kafkas_error_codes(txn_broker):
         assert timeout.error_code == 50  # INVALID_TRANSACTION_TIMEOUT (transaction.max.timeout.ms 900000)
         pid, epoch = too_long.producer_id, too_long.producer_epoch
         assert _end(conn, 3, tid, pid, epoch, True).error_code == 48  # INVALID_TXN_STATE: no transaction
-        assert _end(conn, 3, _id("unknown"), pid, epoch, True).error_code in (49, 16)  # unknown id
+        assert _end(conn, 3, _id("unknown"), pid, epoch, True).error_code == 49  # INVALID_PRODUCER_ID_MAPPING
         assert _add_partitions(conn, 3, tid, pid, epoch, [(topic, [0, 1]), ("no-such-topic", [0])]) == {
             (topic, 0): 55, (topic, 1): 55, ("no-such-topic", 0): 3}  # OPERATION_NOT_ATTEMPTED, UNKNOWN_TOPIC
         assert _add_partitions(conn, 3, tid, pid, epoch, [(topic, [5])]) == {(topic, 5): 3}
@@ -496,7 +496,8 @@ def test_transaction_version_2_end_to_end_without_add_partitions_or_add_offsets(
         assert (ended.error_code, ended.producer_epoch) == (0, epoch + 1)
         assert wait_for_state(txn_broker, tid, "CompleteCommit")
         # The old epoch is fenced; the new one starts its sequence at 0
-        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 2, [b"stale"]) in (47, 90)
+        # INVALID_PRODUCER_EPOCH: the partition's marker carried the bumped epoch
+        assert _produce_transactional(conn, 12, tid, topic, pid, epoch, 2, [b"stale"]) == 47
         assert _produce_transactional(conn, 12, tid, topic, pid, epoch + 1, 0, [b"tv2-aborted"]) == 0
         aborted = _end(conn, 5, tid, pid, epoch + 1, False)
         assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import trio
@@ -650,6 +650,4 @@ _STATE_NAMES = {state.kafka_name: state.name for state in TxnState}
 
 
 def _with_version(transit: Transit, version: int) -> Transit:
-    from dataclasses import replace
-
     return replace(transit, client_transaction_version=version)

@@ -109,3 +109,27 @@ async def test_a_marker_written_while_the_coordinator_is_asked_refuses_the_batch
     assert partition.log_end_offset == 1  # the marker alone
     assert partition.last_stable_offset == 1
     assert await produce(node, Answering(ErrorCode.NONE), idem_batch(PID, 0, 0, attributes=TXN)) == (0, 1)
+
+
+class Silent:
+    """A coordinator that never answers."""
+
+    async def add_partitions(self, transactional_id, producer_id, producer_epoch, partitions, verify_only):
+        await trio.sleep_forever()
+
+
+class Broken:
+    async def add_partitions(self, transactional_id, producer_id, producer_epoch, partitions, verify_only):
+        raise RuntimeError("the verifier has a bug")
+
+
+@with_node
+async def test_a_verifier_that_hangs_or_fails_gets_a_retriable_answer_and_writes_nothing(node):
+    batch = idem_batch(PID, 0, 0, attributes=TXN)
+    services = dataclasses.replace(node.services(), txn_verifier=Silent())
+    request = ProduceRequestData("t", -1, 50, [
+        ProduceTopicData(TOPIC, None, [ProducePartitionData(0, memoryview(bytearray(batch)))])])
+    response = await handle_produce(request, RequestContext(services, RequestHeader(0, 9, 1, "test", True), None))
+    assert response.topics[0].partitions[0].error_code == ErrorCode.REQUEST_TIMED_OUT
+    assert (await produce(node, Broken(), batch))[0] == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert node.partition(TOPIC, 0).log_end_offset == 0

@@ -275,13 +275,13 @@ async def _verify_transactions(ctx: RequestContext, request: ProduceRequestData)
                     header.producer_id, header.producer_epoch):
                 pending.append(((t, p), partition, header))
     if pending:
-        await _ask_coordinator(ctx, request.transactional_id or "", pending, refusals)
+        await _ask_coordinator(ctx, request.transactional_id or "", pending, refusals, request.timeout_ms)
     return refusals
 
 
 async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
                            pending: list[tuple[tuple[int, int], "Partition", BatchHeader]],
-                           refusals: dict[tuple[int, int], KafkaError]) -> None:
+                           refusals: dict[tuple[int, int], KafkaError], timeout_ms: int) -> None:
     producers = {(header.producer_id, header.producer_epoch) for _, _, header in pending}
     if len(producers) > 1:
         for position, _, _ in pending:
@@ -291,9 +291,8 @@ async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
     producer_id, producer_epoch = producers.pop()
     guards = [(position, partition, partition.log.producer_state.verification_guards.setdefault(producer_id, object()))
               for position, partition, _ in pending]
-    answers = await ctx.services.txn_verifier.add_partitions(
-        transactional_id, producer_id, producer_epoch, [(partition.topic, partition.index) for _, partition, _ in pending],
-        ctx.version < 12)
+    asked = [(partition.topic, partition.index) for _, partition, _ in pending]
+    answers = await _verifier_answers(ctx, transactional_id, producer_id, producer_epoch, asked, timeout_ms)
     for position, partition, guard in guards:
         code = _client_verification_error(answers.get((partition.topic, partition.index), ErrorCode.INVALID_TXN_STATE),
                                           ctx.version)
@@ -311,6 +310,23 @@ async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
         elif code != ErrorCode.NONE:
             refusals[position] = KafkaError(code, f"the transaction coordinator answered {ErrorCode(code).name} for "
                                                   f"{partition} in transaction {transactional_id!r}")
+
+
+async def _verifier_answers(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
+                            partitions: list[tuple[str, int]], timeout_ms: int) -> dict[tuple[str, int], int]:
+    """The verifier's answers within the produce's timeout (REQUEST_TIMED_OUT after it); a
+    verifier that fails is logged and answered as an unavailable coordinator (retriable)."""
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        try:
+            return await ctx.services.txn_verifier.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, ctx.version < 12)
+        except Exception:
+            log.exception("Verifying %s in transaction %r of producer %d failed; the producer will retry",
+                          partitions, transactional_id, producer_id)
+            return {partition: ErrorCode.COORDINATOR_NOT_AVAILABLE for partition in partitions}
+    log.info("The transaction coordinator did not verify %s in transaction %r of producer %d within the "
+             "produce's timeout of %d ms", partitions, transactional_id, producer_id, timeout_ms)
+    return {partition: ErrorCode.REQUEST_TIMED_OUT for partition in partitions}
 
 
 def _client_verification_error(code: int, version: int) -> int:

@@ -10,6 +10,7 @@ from kafkacompat.groups.state import GroupState
 from kafkacompat.handlers.cluster import OPERATIONS_OMITTED
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
+from kafkacompat.handlers.transactions import find_transaction_coordinator
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode, KafkaError
 
@@ -94,10 +95,7 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int,
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
         return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
-    me = ctx.metadata.brokers().get(ctx.metadata.node_id)
-    if me is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, me.broker_id, *me.address(ctx.listener_name)
+    return await find_transaction_coordinator(ctx, key)
 
 
 @handles(FIND_COORDINATOR, 0, 6)

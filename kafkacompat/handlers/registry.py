@@ -7,13 +7,14 @@ hot-path APIs plug in their own decoder and encoder. A handler that returns None
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 import trio
 
 from kafkacompat.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
+from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import api_name
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
     from kafkacompat.security.credentials import ScramCredentialStore
     from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
-    from kafkacompat.services import AdminOps, MetadataView
+    from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
 Decoder = Callable[[int, memoryview], Any]
@@ -41,8 +43,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator and the producer ids; the authorizer (None: none
-    configured, everything allowed) and the client quotas."""
+    hosted here, the group and transaction coordinators, the producer ids and the transaction
+    verifier; the authorizer (None: none configured, everything allowed) and the client quotas."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -52,6 +54,9 @@ class Services:
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
     fetch_sessions: "FetchSessionCache"
+    # KIP-890: asked before a transactional batch starts a transaction on a partition.
+    txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
+    transactions: "TransactionCoordinator | None" = None
     credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
     tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
     authorizer: "Authorizer | None" = None

@@ -15,7 +15,7 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -43,7 +43,7 @@ METADATA, DESCRIBE_CLUSTER, CREATE_ACLS, LIST_OFFSETS, CREATE_TOPICS = 3, 60, 30
 LIST_REASSIGNMENTS, DESCRIBE_LOG_DIRS = 46, 35
 TOPIC_AUTHORIZATION_FAILED, GROUP_AUTHORIZATION_FAILED = 29, 30
 CLUSTER_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 31, 53
-INVALID_REQUEST, COORDINATOR_NOT_AVAILABLE = 42, 15
+INVALID_REQUEST = 42
 
 
 def authorizer_args(*extra: str, allow_if_no_acl: bool = True) -> list[str]:
@@ -204,16 +204,32 @@ def test_a_group_is_denied_then_granted(broker):
     assert consume_error(broker, topic, group) == GROUP_AUTHORIZATION_FAILED
 
 
+def transaction_error(broker, txn: str, topic: str) -> int | None:
+    """A confluent transactional producer's init_transactions + one committed transaction: the
+    error code it meets (None: committed)."""
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn,
+                         "transaction.timeout.ms": 10000})
+    try:
+        producer.init_transactions(TIMEOUT)
+        producer.begin_transaction()
+        producer.produce(topic, b"in a transaction")
+        producer.commit_transaction(TIMEOUT)
+    except KafkaException as exc:
+        return exc.args[0].code()
+    return None
+
+
 def test_a_transactional_id_needs_write(broker):
-    txn = name("txn")
+    txn, topic = name("txn"), name()
+    create_topic(broker, topic)
     create_acls(broker, acl(ResourceType.TRANSACTIONAL_ID, txn, OTHER, AclOperation.WRITE))
     with RawConnection(broker.bootstrap) as conn:
         assert init_producer_id(conn, 4, transactional_id=txn).error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    create_acls(broker, acl(ResourceType.TRANSACTIONAL_ID, txn, ME, AclOperation.WRITE))
-    with RawConnection(broker.bootstrap) as conn:
-        # Authorized; this broker has no transaction coordinator yet.
-        assert init_producer_id(conn, 4, transactional_id=txn).error_code == COORDINATOR_NOT_AVAILABLE
-    delete_acls(broker, matching(ResourceType.TRANSACTIONAL_ID, txn, LITERAL, ME))
+    assert transaction_error(broker, txn, topic) == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    # WRITE on the transactional id (prefixed here) lets InitProducerId, AddPartitionsToTxn and EndTxn through.
+    create_acls(broker, acl(ResourceType.TRANSACTIONAL_ID, txn[:6], ME, AclOperation.WRITE, pattern=PREFIXED))
+    assert transaction_error(broker, txn, topic) is None
+    delete_acls(broker, matching(ResourceType.TRANSACTIONAL_ID, txn[:6], PREFIXED, ME))
     with RawConnection(broker.bootstrap) as conn:
         assert init_producer_id(conn, 4, transactional_id=txn).error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 

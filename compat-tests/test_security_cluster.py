@@ -128,3 +128,30 @@ def test_a_broker_with_a_wrong_inter_broker_password_is_refused(secure_cluster):
     intruder.wait_for_output("cannot authenticate to broker 0 on the inter-broker listener INTERNAL")
     assert "not-the-password" not in secure_cluster.brokers[0].output() + intruder.output()
     intruder.kill()
+
+
+def test_transactions_commit_across_the_secure_inter_broker_listener(secure_cluster):
+    """The coordinator's WriteTxnMarkers (and the leader's AddPartitionsToTxn checks) go to the
+    other broker's INTERNAL listener, through TLS and SASL."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": secure_cluster.bootstrap})
+    admin.create_topics([NewTopic("txn-secure", 2, replica_assignment=[[0, 1], [1, 0]])])["txn-secure"].result(20)
+    producer = Producer({"bootstrap.servers": secure_cluster.bootstrap, "transactional.id": "secure-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in (0, 1):
+        producer.produce("txn-secure", f"p{partition}".encode(), partition=partition)
+    producer.commit_transaction(30)
+    consumer = Consumer({"bootstrap.servers": secure_cluster.bootstrap, "group.id": "txn-secure",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("txn-secure", 0, 0), TopicPartition("txn-secure", 1, 0)])
+    values = set()
+    deadline = time.monotonic() + 30
+    while len(values) < 2 and time.monotonic() < deadline:
+        message = consumer.poll(1)
+        if message is not None and message.error() is None:
+            values.add(message.value())
+    consumer.close()
+    assert values == {b"p0", b"p1"}

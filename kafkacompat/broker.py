@@ -138,7 +138,7 @@ class Broker:
 
     def _build_transaction_coordinator(self) -> None:
         config = self.config
-        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms)
+        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms, config)
         create = None
         if not self.clustered:
             def create():

@@ -195,6 +195,10 @@ async def handle_describe_groups(request, ctx: RequestContext):
     for group_id in request.groups or []:
         error, group = coordinator(ctx).describe_group(group_id)
         operations = operations_bitfield(GROUP_OPERATIONS) if include_ops else OPERATIONS_OMITTED
+        if not error and group is not None and group.consumer is not None:
+            # Kafka describes only classic groups here: a consumer group is Dead to DescribeGroups
+            # before v6, GROUP_ID_NOT_FOUND from v6 (clients use ConsumerGroupDescribe).
+            error, group = (ErrorCode.GROUP_ID_NOT_FOUND if ctx.version >= 6 else ErrorCode.NONE), None
         if error or group is None:
             groups.append(group_cls(
                 error_code=error, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",
@@ -227,8 +231,8 @@ async def handle_list_groups(request, ctx: RequestContext):
         return response_for(LIST_GROUPS, ctx, throttle_time_ms=0,
                             error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups=[])
     groups = [
-        listed_cls(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                   group_type="classic")
+        listed_cls(group_id=g.group_id, protocol_type="consumer" if g.consumer is not None else g.protocol_type or "",
+                   group_state=g.state_name(), group_type=g.type_name())
         for g in coordinator(ctx).list_groups(states, types)
     ]
     return response_for(LIST_GROUPS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)

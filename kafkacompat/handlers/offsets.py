@@ -71,7 +71,10 @@ async def handle_offset_fetch(request, ctx: RequestContext):
         groups = []
         for group in request.groups or []:
             topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
-            error, fetched = coordinator(ctx).fetch_offsets(group.group_id, topics, require_stable)
+            error, fetched = coordinator(ctx).fetch_offsets(
+                group.group_id, topics, require_stable,
+                member_id=group.member_id if version >= 9 else None,
+                member_epoch=group.member_epoch if version >= 9 else -1)
             groups.append(group_cls(
                 group_id=group.group_id, error_code=error,
                 topics=_group_topics(fetched, topic_cls, partition_cls, version) if not error else [],

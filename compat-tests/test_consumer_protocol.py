@@ -1,0 +1,315 @@
+"""KIP-848 consumer groups (group.protocol=consumer) with confluent-kafka against a real broker
+process: members joining and leaving under a numbered produce load, both server assignors, a
+regex subscription picking up a new topic, a static member's restart, the admin group APIs, and
+bad heartbeats answered with Kafka's error codes."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from clients import RawConnection
+from kafkacompat.wire.errors import ErrorCode
+from kafkacompat.wire.messages.consumer_group_describe_request import ConsumerGroupDescribeRequest
+from kafkacompat.wire.messages.consumer_group_describe_response import ConsumerGroupDescribeResponse
+from kafkacompat.wire.messages.consumer_group_heartbeat_request import ConsumerGroupHeartbeatRequest
+from kafkacompat.wire.messages.consumer_group_heartbeat_response import ConsumerGroupHeartbeatResponse
+from kafkacompat.testing.process import BrokerProcess
+
+TIMEOUT = 60
+HEARTBEAT, DESCRIBE = 68, 69
+SETTINGS = ("--set", "group.consumer.heartbeat.interval.ms=500", "--set", "group.initial.rebalance.delay.ms=0",
+            "--set", "group.consumer.max.size=5")
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("kip848") / "data", extra_args=list(SETTINGS)).start()
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture(scope="module")
+def admin(broker):
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(admin: AdminClient, topic: str, partitions: int) -> None:
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+
+
+def consumer(broker, group: str, **extra) -> Consumer:
+    config = {"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+              "topic.metadata.refresh.interval.ms": 500}
+    config.update(extra)
+    return Consumer(config)
+
+
+def assigned(c: Consumer) -> set[tuple[str, int]]:
+    return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+
+def poll_until(consumers: list[Consumer], done, timeout: float = TIMEOUT, on_message=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out waiting for the consumer group"
+        for c in consumers:
+            msg = c.poll(0.05)
+            if msg is not None and not msg.error() and on_message is not None:
+                on_message(c, msg)
+
+
+def described(admin: AdminClient, group: str):
+    return admin.describe_consumer_groups([group])[group].result(15)
+
+
+def test_members_join_and_leave_under_load_nothing_lost(broker, admin):
+    topic, group = unique("load"), unique("g")
+    create_topic(admin, topic, 6)
+    total = 600
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 2})
+    stop_producing = threading.Event()
+
+    def produce_numbered() -> None:
+        for i in range(total):
+            producer.produce(topic, str(i).encode(), partition=i % 6)
+            producer.poll(0)
+            if i % 50 == 49:
+                time.sleep(0.05)
+        producer.flush(15)
+        stop_producing.set()
+
+    received: dict[tuple[int, int], list[tuple[float, int]]] = {}  # (partition, offset) -> [(when, value)]
+    commits: list[tuple[float, int, int]] = []  # (when, partition, committed offset)
+
+    def on_message(c: Consumer, msg) -> None:
+        received.setdefault((msg.partition(), msg.offset()), []).append((time.monotonic(), int(msg.value())))
+        c.commit(message=msg, asynchronous=False)
+        commits.append((time.monotonic(), msg.partition(), msg.offset() + 1))
+
+    members = [consumer(broker, group)]
+    members[0].subscribe([topic])
+    writer = threading.Thread(target=produce_numbered)
+    writer.start()
+    try:
+        distinct = lambda: len({v for got in received.values() for _, v in got})  # noqa: E731
+        poll_until(members, lambda: distinct() >= 100, on_message=on_message)
+        for _ in range(2):  # two more members join while records keep coming
+            members.append(consumer(broker, group))
+            members[-1].subscribe([topic])
+        poll_until(members, lambda: distinct() >= 300 and all(assigned(c) for c in members),
+                   on_message=on_message)
+        members.pop(0).close()  # the first one leaves: its partitions move to the others
+        poll_until(members, lambda: stop_producing.is_set() and distinct() >= total, on_message=on_message)
+    finally:
+        writer.join(30)
+        for c in members:
+            c.close()
+    assert sorted(v for got in received.values() for _, v in got[:1]) == list(range(total))
+    for (partition, offset), got in received.items():
+        for when, _ in got[1:]:
+            # A record read twice was not committed by the time it was read again.
+            assert not any(p == partition and at < when and committed > offset for at, p, committed in commits), \
+                f"record at {partition}/{offset} was read again after its commit"
+
+
+@pytest.mark.parametrize("assignor", ["range", "uniform"])
+def test_server_assignors(broker, admin, assignor):
+    topics, group = [unique("a"), unique("b")], unique("g")
+    for topic in topics:
+        create_topic(admin, topic, 3)
+    members = [consumer(broker, group, **{"group.remote.assignor": assignor}) for _ in range(2)]
+    for c in members:
+        c.subscribe(topics)
+    try:
+        poll_until(members, lambda: sum(len(assigned(c)) for c in members) == 6 and all(assigned(c) for c in members))
+        description = described(admin, group)
+        assert description.type == ConsumerGroupType.CONSUMER
+        assert description.partition_assignor == assignor
+        owned = sorted(sorted(assigned(c)) for c in members)
+        if assignor == "range":
+            # Co-partitioned: the first member by id gets partitions 0-1 of both topics, the other 2.
+            by_partition = [sorted({p for _, p in parts}) for parts in owned]
+            assert sorted(by_partition) == [[0, 1], [2]]
+            assert all({t for t, _ in parts} == set(topics) for parts in owned)
+        else:
+            assert sorted(len(parts) for parts in owned) == [3, 3]
+    finally:
+        for c in members:
+            c.close()
+
+
+def test_unsupported_assignor_is_reported(broker, admin):
+    topic, group = unique("u"), unique("g")
+    create_topic(admin, topic, 1)
+    c = consumer(broker, group, **{"group.remote.assignor": "sticky"})
+    c.subscribe([topic])
+    errors = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not errors and time.monotonic() < deadline:
+            msg = c.poll(0.2)
+            if msg is not None and msg.error():
+                errors.append(msg.error())
+    finally:
+        c.close()
+    # librdkafka treats UNSUPPORTED_ASSIGNOR as fatal, quoting the broker's error.
+    assert errors and errors[0].code() == KafkaError._FATAL
+    assert "The assignor or its version range is not supported" in errors[0].str()
+
+
+def test_regex_subscription_picks_up_a_new_topic(broker, admin):
+    prefix = unique("rx")
+    create_topic(admin, f"{prefix}-one", 2)
+    c = consumer(broker, unique("g"))
+    c.subscribe([f"^{prefix}-.*"])
+    try:
+        poll_until([c], lambda: assigned(c) == {(f"{prefix}-one", 0), (f"{prefix}-one", 1)})
+        create_topic(admin, f"{prefix}-two", 1)
+        create_topic(admin, unique("other"), 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(f"{prefix}-two", b"found")
+        producer.flush(15)
+        got = []
+        poll_until([c], lambda: got == [b"found"], on_message=lambda _c, m: got.append(m.value()))
+        assert assigned(c) == {(f"{prefix}-one", 0), (f"{prefix}-one", 1), (f"{prefix}-two", 0)}
+        # Partitions added to a subscribed topic are assigned too.
+        admin.create_partitions([NewPartitions(f"{prefix}-two", 2)])[f"{prefix}-two"].result(15)
+        poll_until([c], lambda: (f"{prefix}-two", 1) in assigned(c))
+    finally:
+        c.close()
+
+
+def test_static_member_restart_keeps_its_partitions(broker, admin):
+    topic, group = unique("s"), unique("g")
+    create_topic(admin, topic, 4)
+    first = consumer(broker, group, **{"group.instance.id": "instance-a"})
+    other = consumer(broker, group, **{"group.instance.id": "instance-b"})
+    for c in (first, other):
+        c.subscribe([topic])
+    poll_until([first, other], lambda: len(assigned(first)) == 2 and len(assigned(other)) == 2)
+    before = assigned(first)
+    first.close()  # a static member leaves with epoch -2: its partitions wait for it
+    description = described(admin, group)
+    assert {m.group_instance_id for m in description.members} == {"instance-a", "instance-b"}
+    again = consumer(broker, group, **{"group.instance.id": "instance-a"})
+    again.subscribe([topic])
+    try:
+        poll_until([again, other], lambda: assigned(again) == before)
+        assert len(assigned(other)) == 2
+        description = described(admin, group)
+        assert sorted(m.group_instance_id for m in description.members) == ["instance-a", "instance-b"]
+    finally:
+        again.close()
+        other.close()
+
+
+def test_admin_describe_and_list(broker, admin):
+    topic, group = unique("d"), unique("g")
+    create_topic(admin, topic, 2)
+    c = consumer(broker, group, **{"client.id": "describe-me"})
+    c.subscribe([topic])
+    try:
+        poll_until([c], lambda: len(assigned(c)) == 2)
+        poll_until([c], lambda: described(admin, group).state == ConsumerGroupState.STABLE, timeout=20)
+        description = described(admin, group)
+        assert description.type == ConsumerGroupType.CONSUMER
+        assert description.partition_assignor == "uniform"
+        (member,) = description.members
+        assert member.client_id == "describe-me"
+        assert {(tp.topic, tp.partition) for tp in member.assignment.topic_partitions} == {(topic, 0), (topic, 1)}
+        listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(15).valid
+        assert group in {g.group_id for g in listed}
+        assert {g.type for g in listed} == {ConsumerGroupType.CONSUMER}
+        classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(15).valid
+        assert group not in {g.group_id for g in classic}
+    finally:
+        c.close()
+
+
+# ---- raw requests: Kafka's error codes ------------------------------------------------------------
+
+
+def heartbeat(broker, version: int = 1, **fields) -> ConsumerGroupHeartbeatResponse:
+    return _call(broker, HEARTBEAT, version, ConsumerGroupHeartbeatRequest(**fields), ConsumerGroupHeartbeatResponse)
+
+
+def _call(broker, api_key: int, version: int, request, response_cls):
+    from clients import frame, request_header
+
+    with RawConnection(broker.bootstrap) as conn:
+        conn.send(frame(request_header(api_key, version, 7, flexible=True) + bytes(request.encode(version))))
+        payload = conn.recv_frame()
+    return response_cls.decode(memoryview(payload)[5:], version)
+
+
+def join(broker, group: str, member_id: str, **extra) -> ConsumerGroupHeartbeatResponse:
+    fields = dict(group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
+                  subscribed_topic_names=[], topic_partitions=[])
+    fields.update(extra)
+    return heartbeat(broker, **fields)
+
+
+def test_bad_heartbeats_get_kafkas_errors(broker):
+    group = unique("raw")
+    assert heartbeat(broker, group_id=group, member_id="", member_epoch=0).error_code == ErrorCode.INVALID_REQUEST
+    assert join(broker, group, "m1", rebalance_timeout_ms=-1).error_code == ErrorCode.INVALID_REQUEST
+    assert join(broker, group, "m1", topic_partitions=None).error_code == ErrorCode.INVALID_REQUEST
+    assert join(broker, group, "m1", subscribed_topic_names=None).error_code == ErrorCode.INVALID_REQUEST
+    assert join(broker, group, "m1", member_epoch=-3).error_code == ErrorCode.INVALID_REQUEST
+    assert join(broker, group, "m1", server_assignor="sticky").error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    bad_regex = join(broker, group, "m1", subscribed_topic_names=None, subscribed_topic_regex="(unclosed")
+    assert bad_regex.error_code == ErrorCode.INVALID_REGULAR_EXPRESSION
+    assert heartbeat(broker, group_id=unique("none"), member_id="m1",
+                     member_epoch=1).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+    joined = join(broker, group, "m1")
+    assert joined.error_code == ErrorCode.NONE and joined.member_epoch >= 1 and joined.heartbeat_interval_ms == 500
+    assert heartbeat(broker, group_id=group, member_id="m2", member_epoch=1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert heartbeat(broker, group_id=group, member_id="m1",
+                     member_epoch=joined.member_epoch + 1).error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    stable = heartbeat(broker, group_id=group, member_id="m1", member_epoch=joined.member_epoch)
+    assert stable.error_code == ErrorCode.NONE and stable.member_epoch == joined.member_epoch
+
+    # v0: the coordinator gives the member its id.
+    v0 = heartbeat(broker, version=0, group_id=group, member_id="", member_epoch=0, rebalance_timeout_ms=30000,
+                   subscribed_topic_names=[], topic_partitions=[])
+    assert v0.error_code == ErrorCode.NONE and len(v0.member_id) == 22
+
+    # Static members: a live instance id cannot be taken over; -2 releases it.
+    assert join(broker, group, "s1", instance_id="inst").error_code == ErrorCode.NONE
+    assert join(broker, group, "s2", instance_id="inst").error_code == ErrorCode.UNRELEASED_INSTANCE_ID
+    left = heartbeat(broker, group_id=group, member_id="s1", member_epoch=-2, instance_id="inst")
+    assert left.error_code == ErrorCode.NONE and left.member_epoch == -2
+    assert join(broker, group, "s2", instance_id="inst").error_code == ErrorCode.NONE
+
+    # group.consumer.max.size=5: m1, the v0 member, s2, and two more.
+    for member_id in ("m3", "m4"):
+        assert join(broker, group, member_id).error_code == ErrorCode.NONE
+    assert join(broker, group, "m5").error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
+
+    leave = heartbeat(broker, group_id=group, member_id="m1", member_epoch=-1)
+    assert leave.error_code == ErrorCode.NONE and leave.member_epoch == -1
+    assert heartbeat(broker, group_id=group, member_id="m1", member_epoch=-1).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_consumer_group_describe_errors(broker):
+    group = unique("desc")
+    assert join(broker, group, "m1").error_code == ErrorCode.NONE
+    for version in (0,):
+        response = _call(broker, DESCRIBE, version, ConsumerGroupDescribeRequest(group_ids=[group, unique("nope")]),
+                         ConsumerGroupDescribeResponse)
+        found, missing = response.groups
+        assert found.error_code == ErrorCode.NONE and [m.member_id for m in found.members] == ["m1"]
+        assert found.assignor_name == "uniform" and found.group_epoch >= 1
+        assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND

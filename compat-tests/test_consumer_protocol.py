@@ -313,3 +313,106 @@ def test_consumer_group_describe_errors(broker):
         assert found.error_code == ErrorCode.NONE and [m.member_id for m in found.members] == ["m1"]
         assert found.assignor_name == "uniform" and found.group_epoch >= 1
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def commit(broker, group: str, topic: str, member_id: str, epoch: int, version: int = 9) -> int:
+    from kafkacompat.wire.messages.offset_commit_request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kafkacompat.wire.messages.offset_commit_response import OffsetCommitResponse
+
+    request = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id, topics=[
+        OffsetCommitRequestTopic(name=topic, partitions=[OffsetCommitRequestPartition(0, 5)])])
+    (topic_result,) = _call(broker, 8, version, request, OffsetCommitResponse).topics
+    return topic_result.partitions[0].error_code
+
+
+def fetch_offset(broker, group: str, topic: str, member_id: str | None, epoch: int) -> tuple[int, int]:
+    from kafkacompat.wire.messages.offset_fetch_request import (
+        OffsetFetchRequest,
+        OffsetFetchRequestGroup,
+        OffsetFetchRequestTopics,
+    )
+    from kafkacompat.wire.messages.offset_fetch_response import OffsetFetchResponse
+
+    request = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+        group_id=group, member_id=member_id, member_epoch=epoch,
+        topics=[OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])])
+    (result,) = _call(broker, 9, 9, request, OffsetFetchResponse).groups
+    offset = result.topics[0].partitions[0].committed_offset if result.topics else -1
+    return result.error_code, offset
+
+
+def test_offset_commit_and_fetch_are_fenced_by_member_epoch(broker, admin):
+    topic, group = unique("o"), unique("g")
+    create_topic(admin, topic, 1)
+    joined = join(broker, group, "m1", subscribed_topic_names=[topic])
+    epoch = joined.member_epoch
+    assert commit(broker, group, topic, "m1", epoch + 1) == ErrorCode.STALE_MEMBER_EPOCH
+    assert commit(broker, group, topic, "nobody", epoch) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert commit(broker, group, topic, "m1", epoch, version=8) == ErrorCode.UNSUPPORTED_VERSION
+    assert commit(broker, group, topic, "m1", epoch) == ErrorCode.NONE
+    assert fetch_offset(broker, group, topic, "m1", epoch) == (ErrorCode.NONE, 5)
+    assert fetch_offset(broker, group, topic, "m1", epoch - 1)[0] == ErrorCode.STALE_MEMBER_EPOCH
+    assert fetch_offset(broker, group, topic, "nobody", epoch)[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert fetch_offset(broker, group, topic, None, -1) == (ErrorCode.NONE, 5)  # an admin client
+
+
+def test_group_types_do_not_mix(broker, admin):
+    """A consumer-protocol heartbeat for a classic group with members is GROUP_ID_NOT_FOUND; a
+    classic JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL."""
+    from kafka import KafkaConsumer
+    from kafka.errors import InconsistentGroupProtocolError
+
+    topic = unique("mix")
+    create_topic(admin, topic, 1)
+    classic_group, consumer_group = unique("classic"), unique("consumer")
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": classic_group,
+                        "auto.offset.reset": "earliest"})
+    classic.subscribe([topic])
+    try:
+        poll_until([classic], lambda: bool(assigned(classic)))
+        refused = join(broker, classic_group, "m1", subscribed_topic_names=[topic])
+        assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    finally:
+        classic.close()
+    assert join(broker, consumer_group, "m1", subscribed_topic_names=[topic]).error_code == ErrorCode.NONE
+    kp = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=consumer_group,
+                       consumer_timeout_ms=3000, api_version=(2, 5))
+    try:
+        with pytest.raises(InconsistentGroupProtocolError):
+            for _ in kp:
+                pass
+    finally:
+        kp.close()
+
+
+def test_group_survives_a_restart(broker_factory, tmp_path):
+    proc = broker_factory(*SETTINGS)
+    topic, group = unique("r"), unique("g")
+    restart_admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+    create_topic(restart_admin, topic, 2)
+    first = join(proc, group, "m1", subscribed_topic_names=[topic])
+    second = join(proc, group, "m2", subscribed_topic_names=[topic])
+    # m1 is told to give up a partition, confirms it, and m2 then gets it: both at the same epoch.
+    m1 = heartbeat(proc, group_id=group, member_id="m1", member_epoch=first.member_epoch)
+    kept = [ConsumerGroupHeartbeatRequest.TopicPartitions(t.topic_id, t.partitions)
+            for t in m1.assignment.topic_partitions]
+    assert sum(len(t.partitions) for t in kept) == 1
+    m1 = heartbeat(proc, group_id=group, member_id="m1", member_epoch=first.member_epoch, topic_partitions=kept)
+    m2 = heartbeat(proc, group_id=group, member_id="m2", member_epoch=second.member_epoch)
+    assert m2.assignment is not None and sum(len(t.partitions) for t in m2.assignment.topic_partitions) == 1
+    assert m1.member_epoch == m2.member_epoch
+    assert commit(proc, group, topic, "m2", m2.member_epoch) == ErrorCode.NONE
+    before = _call(proc, DESCRIBE, 0, ConsumerGroupDescribeRequest(group_ids=[group]),
+                   ConsumerGroupDescribeResponse).groups[0]
+    proc.kill()  # SIGKILL: what was answered must have been written
+    proc.start()
+    after = _call(proc, DESCRIBE, 0, ConsumerGroupDescribeRequest(group_ids=[group]),
+                  ConsumerGroupDescribeResponse).groups[0]
+    assert after == before
+    again = heartbeat(proc, group_id=group, member_id="m2", member_epoch=m2.member_epoch)
+    assert again.error_code == ErrorCode.NONE and again.member_epoch == m2.member_epoch
+    assert fetch_offset(proc, group, topic, "m2", m2.member_epoch) == (ErrorCode.NONE, 5)

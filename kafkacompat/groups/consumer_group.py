@@ -235,7 +235,9 @@ class ConsumerGroupState:
             keep.setdefault(topic_id, set()).update(indexes)
         return replace(
             member, state=MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE,
-            previous_member_epoch=member.member_epoch, member_epoch=target_epoch,
+            previous_member_epoch=member.member_epoch if member.member_epoch != target_epoch
+            else member.previous_member_epoch,
+            member_epoch=target_epoch,
             assigned=_without_empty(keep), pending_revocation={},
         )
 

@@ -1,0 +1,105 @@
+"""KIP-848 consumer groups in-process: the server assignors, the per-member reconciliation
+(a partition reaches its new owner only after the old owner revoked it) and the group's records
+in __consumer_offsets read back to the same state."""
+
+from __future__ import annotations
+
+import uuid
+
+from kafkacompat.groups import consumer_records
+from kafkacompat.groups.assignors import MemberSpec, configured_assignors, range_, uniform
+from kafkacompat.groups.consumer_group import ConsumerGroupState, ConsumerMember, MemberState, TopicMetadata
+
+A, B = uuid.UUID(int=1), uuid.UUID(int=2)
+
+
+def counts(assignment) -> list[int]:
+    return sorted(sum(len(p) for p in a.values()) for a in assignment.values())
+
+
+def test_uniform_balances_and_keeps_what_it_can():
+    members = {m: MemberSpec(frozenset({A})) for m in ("m1", "m2", "m3")}
+    first = uniform(members, {A: 7})
+    assert counts(first) == [2, 2, 3]
+    assert sorted(p for a in first.values() for p in a.get(A, ())) == list(range(7))
+    # A fourth member takes partitions from the others; everyone else keeps what stays theirs.
+    members = {m: MemberSpec(frozenset({A}), first[m]) for m in first}
+    members["m4"] = MemberSpec(frozenset({A}))
+    second = uniform(members, {A: 7})
+    assert counts(second) == [1, 2, 2, 2]
+    for member_id in first:
+        assert second[member_id][A] <= first[member_id][A]
+
+
+def test_uniform_respects_each_members_subscription():
+    members = {"m1": MemberSpec(frozenset({A})), "m2": MemberSpec(frozenset({A, B}))}
+    result = uniform(members, {A: 2, B: 2})
+    assert B not in result["m1"]
+    assert counts(result) == [2, 2]
+
+
+def test_range_gives_co_partitioned_ranges():
+    members = {m: MemberSpec(frozenset({A, B})) for m in ("m2", "m1")}
+    result = range_(members, {A: 3, B: 3})
+    assert result["m1"] == {A: frozenset({0, 1}), B: frozenset({0, 1})}
+    assert result["m2"] == {A: frozenset({2}), B: frozenset({2})}
+
+
+def test_assignor_names_and_kafka_class_names():
+    assert configured_assignors(["org.apache.kafka.coordinator.group.assignor.RangeAssignor", "uniform"]) == \
+        ["range", "uniform"]
+
+
+def test_a_partition_moves_only_after_its_owner_revoked_it():
+    state = ConsumerGroupState("g")
+    state.group_epoch = state.assignment_epoch = 1
+    state.target = {"m1": {A: frozenset({0, 1})}}
+    m1 = state.reconcile(ConsumerMember("m1"), [])
+    state.put_member(m1)
+    assert (m1.member_epoch, m1.assigned) == (1, {A: frozenset({0, 1})})
+
+    # Epoch 2: partition 1 goes to m2.
+    state.group_epoch = state.assignment_epoch = 2
+    state.target = {"m1": {A: frozenset({0})}, "m2": {A: frozenset({1})}}
+    m2 = state.reconcile(ConsumerMember("m2"), [])
+    state.put_member(m2)
+    assert (m2.state, m2.member_epoch, m2.assigned) == (MemberState.UNRELEASED_PARTITIONS, 2, {})
+
+    m1 = state.reconcile(m1, None)  # a heartbeat that does not list its partitions: still owns them
+    state.put_member(m1)
+    assert (m1.state, m1.member_epoch, m1.pending_revocation) == (MemberState.UNREVOKED_PARTITIONS, 1,
+                                                                 {A: frozenset({1})})
+    assert state.reconcile(m2, []) == m2  # still held by m1
+
+    m1 = state.reconcile(m1, [(A, [0])])  # revoked
+    state.put_member(m1)
+    assert (m1.state, m1.member_epoch, m1.previous_member_epoch) == (MemberState.STABLE, 2, 1)
+    m2 = state.reconcile(m2, [])
+    assert (m2.state, m2.assigned) == (MemberState.STABLE, {A: frozenset({1})})
+
+
+def test_records_read_back_to_the_same_state():
+    state = ConsumerGroupState("g")
+    state.group_epoch, state.assignment_epoch = 5, 4
+    state.subscription_metadata = {"t": TopicMetadata(A, "t", 3)}
+    state.put_member(ConsumerMember(
+        "m1", instance_id="i1", rack_id=None, rebalance_timeout_ms=30000, client_id="c", client_host="/127.0.0.1",
+        subscribed_topic_names=("t",), subscribed_topic_regex="(^t.*)", server_assignor="range",
+        member_epoch=4, previous_member_epoch=3, state=MemberState.UNREVOKED_PARTITIONS,
+        assigned={A: frozenset({0})}, pending_revocation={A: frozenset({2})}))
+    state.target = {"m1": {A: frozenset({0, 1})}}
+    loaded: dict[str, ConsumerGroupState] = {}
+    for key, value in consumer_records.group_records(state):
+        assert consumer_records.replay(loaded, key, value) == "g"
+    again = loaded["g"]
+    assert (again.group_epoch, again.assignment_epoch) == (5, 4)
+    assert again.subscription_metadata == state.subscription_metadata
+    assert again.members == state.members and again.target == state.target
+    assert again.owners == state.owners and again.static_members == {"i1": "m1"}
+
+    for key, value in consumer_records.member_tombstones("g", "m1"):
+        consumer_records.replay(loaded, key, value)
+    assert loaded["g"].members == {} and loaded["g"].owners == {}
+    for key, value in consumer_records.group_tombstones("g"):
+        consumer_records.replay(loaded, key, value)
+    assert "g" not in loaded

@@ -361,10 +361,11 @@ def test_offset_commit_and_fetch_are_fenced_by_member_epoch(broker, admin):
 
 
 def test_group_types_do_not_mix(broker, admin):
-    """A consumer-protocol heartbeat for a classic group with members is GROUP_ID_NOT_FOUND; a
-    classic JoinGroup for a consumer group with members is INCONSISTENT_GROUP_PROTOCOL."""
-    from kafka import KafkaConsumer
-    from kafka.errors import InconsistentGroupProtocolError
+    """A heartbeat of a consumer-protocol member (not joining) for a classic group is
+    GROUP_ID_NOT_FOUND; a classic JoinGroup of another protocol type for a consumer group is
+    INCONSISTENT_GROUP_PROTOCOL."""
+    from kafkacompat.wire.messages.join_group_request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kafkacompat.wire.messages.join_group_response import JoinGroupResponse
 
     topic = unique("mix")
     create_topic(admin, topic, 1)
@@ -374,19 +375,16 @@ def test_group_types_do_not_mix(broker, admin):
     classic.subscribe([topic])
     try:
         poll_until([classic], lambda: bool(assigned(classic)))
-        refused = join(broker, classic_group, "m1", subscribed_topic_names=[topic])
+        refused = heartbeat(broker, group_id=classic_group, member_id="m1", member_epoch=1)
         assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
     finally:
         classic.close()
     assert join(broker, consumer_group, "m1", subscribed_topic_names=[topic]).error_code == ErrorCode.NONE
-    kp = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, group_id=consumer_group,
-                       consumer_timeout_ms=3000, api_version=(2, 5))
-    try:
-        with pytest.raises(InconsistentGroupProtocolError):
-            for _ in kp:
-                pass
-    finally:
-        kp.close()
+    request = JoinGroupRequest(group_id=consumer_group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                               member_id="", protocol_type="connect",
+                               protocols=[JoinGroupRequestProtocol(name="default", metadata=b"")])
+    response = _call(broker, 11, 6, request, JoinGroupResponse)
+    assert response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_group_survives_a_restart(broker_factory, tmp_path):
@@ -416,3 +414,35 @@ def test_group_survives_a_restart(broker_factory, tmp_path):
     again = heartbeat(proc, group_id=group, member_id="m2", member_epoch=m2.member_epoch)
     assert again.error_code == ErrorCode.NONE and again.member_epoch == m2.member_epoch
     assert fetch_offset(proc, group, topic, "m2", m2.member_epoch) == (ErrorCode.NONE, 5)
+
+
+def test_online_upgrade_and_downgrade(broker, admin):
+    """group.consumer.migration.policy=bidirectional (Kafka's default): a consumer-protocol member
+    joining a classic group makes it a consumer group whose classic members keep working through
+    JoinGroup/SyncGroup/Heartbeat; when that member leaves, the group is classic again."""
+    topic, group = unique("mig"), unique("g")
+    create_topic(admin, topic, 4)
+    classic_config = {"group.protocol": "classic", "session.timeout.ms": 10000, "heartbeat.interval.ms": 300}
+    classic = [consumer(broker, group, **classic_config) for _ in range(2)]
+    for c in classic:
+        c.subscribe([topic])
+    poll_until(classic, lambda: sum(len(assigned(c)) for c in classic) == 4 and all(assigned(c) for c in classic))
+    assert described(admin, group).type == ConsumerGroupType.CLASSIC
+
+    modern = consumer(broker, group)
+    modern.subscribe([topic])
+    everyone = [*classic, modern]
+
+    def split_three_ways() -> bool:
+        owned = [assigned(c) for c in everyone]
+        return all(owned) and sum(len(o) for o in owned) == 4 and len(set().union(*owned)) == 4
+
+    poll_until(everyone, split_three_ways)
+    description = described(admin, group)
+    assert description.type == ConsumerGroupType.CONSUMER and len(description.members) == 3
+
+    modern.close()
+    poll_until(classic, lambda: sum(len(assigned(c)) for c in classic) == 4 and all(assigned(c) for c in classic))
+    poll_until(classic, lambda: described(admin, group).type == ConsumerGroupType.CLASSIC, timeout=20)
+    for c in classic:
+        c.close()

@@ -17,16 +17,16 @@ as the classic coordinator does.
 from __future__ import annotations
 
 import base64
-import copy
 import logging
 import uuid
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
-from kafkacompat.groups import consumer_records
+from kafkacompat.groups import consumer_records, storage
 from kafkacompat.groups.assignors import ASSIGNORS, MemberSpec, configured_assignors
 from kafkacompat.groups.consumer_group import (
     LEAVE_GROUP_MEMBER_EPOCH,
+    ClassicMembership,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
     Assignment,
     ConsumerGroupState,
@@ -36,7 +36,15 @@ from kafkacompat.groups.consumer_group import (
     compile_regex,
     is_subset,
 )
-from kafkacompat.groups.state import Group, GroupState
+from kafkacompat.groups.consumer_protocol import (
+    MalformedProtocol,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    protocol_version,
+)
+from kafkacompat.groups.state import CONSUMER_PROTOCOL_TYPE, Group, GroupState, JoinResult, SyncResult
+from kafkacompat.groups.state import Member as ClassicMember
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -65,6 +73,12 @@ class GroupsHost(Protocol):
     def cancel_timer(self, key: object) -> None: ...
 
     def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None: ...
+
+    def release_classic_members(self, group: Group) -> None: ...
+
+    def adopt_classic_group(self, group: Group, reason: str) -> None: ...
+
+    def classic_group_record(self, group: Group) -> tuple[bytes, bytes | None]: ...
 
 
 @dataclass(slots=True)
@@ -97,6 +111,16 @@ class HeartbeatResult:
 def new_member_id() -> str:
     """Kafka's Uuid.randomUuid().toString(): 16 random bytes, URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+def _to_ids(partitions: list[tuple[str, list[int]]], by_name: dict[str, "TopicInfo"]) -> Assignment:
+    """Topic names to ids (partitions of topics that no longer exist are dropped)."""
+    result: dict[uuid.UUID, frozenset[int]] = {}
+    for name, indexes in partitions:
+        topic = by_name.get(name)
+        if topic is not None and indexes:
+            result[topic.topic_id] = result.get(topic.topic_id, frozenset()) | frozenset(indexes)
+    return result
 
 
 def _invalid(message: str) -> KafkaError:
@@ -154,7 +178,7 @@ class ConsumerGroupCoordinator:
         except KafkaError as exc:
             return HeartbeatResult(exc.code, exc.message)
 
-    def _consumer_group(self, group_id: str, create: bool) -> Group:
+    def _consumer_group(self, group_id: str, create: bool, by_name: dict[str, "TopicInfo"] | None = None) -> Group:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group becomes a consumer group
         when a member joins; a classic group with members is not a consumer group."""
         group = self.host.groups.get(group_id)
@@ -164,13 +188,120 @@ class ConsumerGroupCoordinator:
             if not create:
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
             group = Group(group_id, self.host.wall_clock())
+        elif group.members and create and by_name is not None and self._can_upgrade(group):
+            self._upgrade(group, by_name)
+            return group
         elif not create or group.members or group.pending_members:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         group.consumer = ConsumerGroupState(group_id)
         return group
 
+    # ---- online migration between the protocols (group.consumer.migration.policy) -----------------
+
+    def _can_upgrade(self, group: Group) -> bool:
+        """Kafka's validateOnlineUpgrade."""
+        if self.config.group_consumer_migration_policy not in ("upgrade", "bidirectional"):
+            log.info("Classic group %s is not upgraded: group.consumer.migration.policy is %s",
+                     group.group_id, self.config.group_consumer_migration_policy)
+            return False
+        if not group.uses_consumer_protocol() or group.protocol_name is None:
+            log.info("Classic group %s is not upgraded: it does not use the consumer embedded protocol",
+                     group.group_id)
+            return False
+        if len(group.members) > self.config.group_consumer_max_size:
+            return False
+        return True
+
+    def _upgrade(self, group: Group, by_name: dict[str, "TopicInfo"]) -> None:
+        """Kafka's convertToConsumerGroup: the classic members become members of a consumer group
+        at the classic generation, keeping their assignments; parked JoinGroup/SyncGroup requests
+        are answered REBALANCE_IN_PROGRESS so they rejoin."""
+        state = ConsumerGroupState(group.group_id)
+        state.group_epoch = state.assignment_epoch = group.generation_id
+        try:
+            for classic in group.members.values():
+                subscription = decode_subscription(classic.metadata(group.protocol_name))
+                assigned = _to_ids(decode_assignment(classic.assignment), by_name)
+                member = ConsumerMember(
+                    classic.member_id, instance_id=classic.group_instance_id, rack_id=subscription.rack_id,
+                    rebalance_timeout_ms=classic.rebalance_timeout_ms, client_id=classic.client_id,
+                    client_host=classic.client_host, subscribed_topic_names=tuple(subscription.topics),
+                    member_epoch=group.generation_id, previous_member_epoch=group.generation_id,
+                    assigned=assigned,
+                    classic=ClassicMembership(classic.session_timeout_ms, tuple(
+                        (name, bytes(metadata)) for name, metadata in classic.protocols)),
+                )
+                state.put_member(member)
+                state.target[member.member_id] = assigned
+        except MalformedProtocol as exc:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Cannot upgrade the classic group {group.group_id} to consumer group because the "
+                             f"embedded consumer protocol is malformed: {exc}") from None
+        self._refresh_subscriptions(state, by_name, group.group_id, [])
+        records = [(storage.group_metadata_key(group.group_id), None), *consumer_records.group_records(state)]
+        self._append(group, records)
+        self.host.release_classic_members(group)
+        group.consumer = state
+        for member in state.members.values():
+            self._schedule_session_timeout(group.group_id, member.member_id)
+        log.info("Classic group %s is upgraded to a consumer group at epoch %d with %d member(s)",
+                 group.group_id, state.group_epoch, len(state.members))
+
+    def _maybe_downgrade(self, group: Group, leaving_id: str) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember and convertToClassicGroup: when the last
+        consumer-protocol member leaves a group of classic members, it becomes a classic group
+        again (Stable at the group epoch, with the target assignment) and rebalances."""
+        state = group.consumer
+        assert state is not None
+        leaving = state.members.get(leaving_id)
+        if leaving is None or leaving.classic is not None or not state.classic_only_without(leaving_id):
+            return False
+        if len(state.members) <= 1:
+            return False
+        if self.config.group_consumer_migration_policy not in ("downgrade", "bidirectional"):
+            log.info("Consumer group %s is not downgraded: group.consumer.migration.policy is %s",
+                     group.group_id, self.config.group_consumer_migration_policy)
+            return False
+        if len(state.members) - 1 > self.config.group_max_size:
+            return False
+        names = {m.topic_id: m.name for m in state.subscription_metadata.values()}
+        classic_group = Group(group.group_id, self.host.wall_clock(), GroupState.STABLE)
+        classic_group.generation_id = state.group_epoch
+        classic_group.protocol_type = CONSUMER_PROTOCOL_TYPE
+        for member in state.members.values():
+            if member.member_id == leaving_id or member.classic is None:
+                continue
+            classic_group.add(ClassicMember(
+                member.member_id, member.instance_id, member.client_id, member.client_host,
+                member.rebalance_timeout_ms, member.classic.session_timeout_ms, CONSUMER_PROTOCOL_TYPE,
+                list(member.classic.protocols)), None)
+        classic_group.protocol_name = classic_group.select_protocol()
+        for classic in classic_group.members.values():
+            target = state.target.get(classic.member_id, {})
+            partitions = [(names[t], sorted(ps)) for t, ps in sorted(target.items()) if t in names]
+            classic.assignment = encode_assignment(
+                partitions, protocol_version(classic.metadata(classic_group.protocol_name)))
+        records = [*consumer_records.member_tombstones(group.group_id, leaving_id)]
+        for member_id in state.members:
+            if member_id != leaving_id:
+                records.extend(consumer_records.member_tombstones(group.group_id, member_id))
+        records.extend(consumer_records.group_tombstones(group.group_id))
+        records.append(self.host.classic_group_record(classic_group))
+        self._append(group, records)
+        for member_id in list(state.members):
+            self.host.cancel_timer(("consumer-session", group.group_id, member_id))
+            self.host.cancel_timer(("consumer-rebalance", group.group_id, member_id))
+        offsets = (group.offsets, group.offset_positions, group.pending_commits)
+        classic_group.offsets, classic_group.offset_positions, classic_group.pending_commits = offsets
+        self.host.groups[group.group_id] = classic_group
+        self.host.adopt_classic_group(classic_group, f"downgrade of group {group.group_id} from consumer to classic")
+        log.info("Consumer group %s is downgraded to a classic group: its last consumer-protocol member %s left",
+                 group.group_id, leaving_id)
+        return True
+
     def _heartbeat(self, req: HeartbeatRequest, topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
-        group = self._consumer_group(req.group_id, create=req.member_epoch == 0)
+        by_name = {t.name: t for t in topics()}
+        group = self._consumer_group(req.group_id, create=req.member_epoch == 0, by_name=by_name)
         state = group.consumer
         assert state is not None
         max_size = self.config.group_consumer_max_size
@@ -179,9 +310,9 @@ class ConsumerGroupCoordinator:
                              f"The consumer group has reached its maximum capacity of {max_size} members.")
         member_id = req.member_id or new_member_id()
         member, replaced_id = self._member_for(state, req, member_id)
-        snapshot = copy.deepcopy(state)
+        snapshot = state.snapshot()
         try:
-            return self._apply_heartbeat(group, state, req, member, replaced_id, topics)
+            return self._apply_heartbeat(group, state, req, member, replaced_id, by_name)
         except KafkaError:
             group.consumer = snapshot
             raise
@@ -243,7 +374,7 @@ class ConsumerGroupCoordinator:
 
     def _apply_heartbeat(self, group: Group, state: ConsumerGroupState, req: HeartbeatRequest,
                          member: ConsumerMember, replaced_id: str | None,
-                         topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
+                         by_name: dict[str, "TopicInfo"]) -> HeartbeatResult:
         records: list[tuple[bytes, bytes | None]] = []
         if replaced_id is not None:
             target = state.target.get(replaced_id)
@@ -270,7 +401,7 @@ class ConsumerGroupCoordinator:
         if updated != member or replaced_id is not None or member.member_id not in state.members:
             records.append(consumer_records.member_metadata(group.group_id, updated))
         state.put_member(updated)
-        bump |= self._refresh_subscriptions(state, {t.name: t for t in topics()}, group.group_id, records)
+        bump |= self._refresh_subscriptions(state, by_name, group.group_id, records)
         if bump:
             state.group_epoch += 1
             records.append(consumer_records.group_epoch(group.group_id, state.group_epoch))
@@ -370,6 +501,136 @@ class ConsumerGroupCoordinator:
         log.info("Consumer group %s: target assignment of epoch %d computed by the %s assignor for %d member(s)",
                  group_id, state.assignment_epoch, name, len(target))
 
+    # ---- classic members in a consumer group (after an online upgrade) ---------------------------
+
+    def classic_join(self, group: Group, member_id: str, instance_id: str | None, protocol_type: str,
+                     protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                     client_id: str, client_host: str, version: int,
+                     topics: Callable[[], "Iterable[TopicInfo]"]) -> JoinResult:
+        """Kafka's classicGroupJoinToConsumerGroup: the member's subscription comes from its
+        protocol metadata; the answer carries its member epoch as the generation, and no leader
+        work (the coordinator assigns); SyncGroup then hands out its partitions."""
+        state = group.consumer
+        assert state is not None
+        unknown = not member_id
+        member_id = member_id or new_member_id()
+        max_size = self.config.group_consumer_max_size
+        if len(state.members) >= max_size and member_id not in state.members:
+            return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+        if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        if unknown and version >= 4 and instance_id is None:
+            return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)
+        try:
+            subscription = decode_subscription(protocols[0][1])
+        except MalformedProtocol:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
+        replaced_id = None
+        existing = state.static_member(instance_id) if instance_id is not None else None
+        if existing is not None and existing.member_id != member_id:
+            member = replace(existing, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            replaced_id = existing.member_id
+        else:
+            member = state.members.get(member_id) or ConsumerMember(member_id)
+        by_name = {t.name: t for t in topics()}
+        req = HeartbeatRequest(
+            group.group_id, member_id, member.member_epoch, instance_id=instance_id,
+            rack_id=subscription.rack_id, rebalance_timeout_ms=rebalance_timeout_ms,
+            subscribed_topic_names=subscription.topics,
+            owned=[(by_name[t].topic_id, ps) for t, ps in subscription.owned if t in by_name],
+            client_id=client_id, client_host=client_host,
+        )
+        snapshot = state.snapshot()
+        classic = ClassicMembership(session_timeout_ms, tuple((n, bytes(m)) for n, m in protocols))
+        try:
+            result = self._apply_heartbeat(group, state, req, replace(member, classic=classic), replaced_id,
+                                           by_name)
+        except KafkaError as exc:
+            group.consumer = snapshot
+            return JoinResult(exc.code, member_id)
+        self._schedule_session_timeout(group.group_id, member_id, session_timeout_ms)
+        return JoinResult(ErrorCode.NONE, member_id, result.member_epoch, CONSUMER_PROTOCOL_TYPE, protocols[0][0])
+
+    def _classic_member(self, state: ConsumerGroupState, member_id: str,
+                        instance_id: str | None) -> ConsumerMember | int:
+        """Kafka's validateConsumerGroupMember and throwIfMemberDoesNotUseClassicProtocol."""
+        if instance_id is None:
+            member = state.members.get(member_id)
+        else:
+            member = state.static_member(instance_id)
+            if member is not None and member.member_id != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member is None or member.classic is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return member
+
+    def classic_sync(self, group: Group, member_id: str, instance_id: str | None, generation_id: int,
+                     protocol_type: str | None, protocol_name: str | None) -> SyncResult:
+        state = group.consumer
+        assert state is not None
+        member = self._classic_member(state, member_id, instance_id)
+        if isinstance(member, int):
+            return SyncResult(member)
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        name = member.classic.protocols[0][0]
+        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+                protocol_name is not None and protocol_name != name):
+            return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        if member.member_epoch < state.group_epoch or member.state == MemberState.UNREVOKED_PARTITIONS:
+            return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        self._schedule_session_timeout(group.group_id, member.member_id, member.classic.session_timeout_ms)
+        names = {m.topic_id: m.name for m in state.subscription_metadata.values()}
+        partitions = [(names[t], sorted(ps)) for t, ps in sorted(member.assigned.items()) if t in names]
+        assignment = encode_assignment(partitions, protocol_version(member.classic.protocols[0][1]))
+        return SyncResult(ErrorCode.NONE, assignment, CONSUMER_PROTOCOL_TYPE, name)
+
+    def classic_heartbeat(self, group: Group, member_id: str, instance_id: str | None, generation_id: int) -> int:
+        """Kafka's classicGroupHeartbeatToConsumerGroup: REBALANCE_IN_PROGRESS while the member
+        must rejoin to catch up with the group epoch, revoke, or collect freed partitions."""
+        state = group.consumer
+        assert state is not None
+        member = self._classic_member(state, member_id, instance_id)
+        if isinstance(member, int):
+            return member
+        assert member.classic is not None
+        if generation_id != member.member_epoch:
+            return ErrorCode.ILLEGAL_GENERATION
+        self._schedule_session_timeout(group.group_id, member.member_id, member.classic.session_timeout_ms)
+        if member.member_epoch < state.group_epoch or member.state == MemberState.UNREVOKED_PARTITIONS or (
+                member.state == MemberState.UNRELEASED_PARTITIONS and not state.waiting_on_unreleased(member)):
+            return ErrorCode.REBALANCE_IN_PROGRESS
+        return ErrorCode.NONE
+
+    def classic_leave(self, group: Group, identities: list[tuple[str, str | None]]) -> list[int]:
+        """Kafka's classicGroupLeaveToConsumerGroup: per member, its error code."""
+        state = group.consumer
+        assert state is not None
+        errors = []
+        for member_id, instance_id in identities:
+            if instance_id is None:
+                member = state.members.get(member_id)
+                error = ErrorCode.UNKNOWN_MEMBER_ID if member is None or member.classic is None else ErrorCode.NONE
+            else:
+                member = state.static_member(instance_id)
+                if member is None or member.classic is None:
+                    error = ErrorCode.UNKNOWN_MEMBER_ID
+                elif member_id and member.member_id != member_id:
+                    error = ErrorCode.FENCED_INSTANCE_ID
+                else:
+                    error = ErrorCode.NONE
+            if error == ErrorCode.NONE:
+                assert member is not None
+                snapshot = state.snapshot()
+                try:
+                    self._fence(group, member.member_id, "left the group (LeaveGroup)", [])
+                except KafkaError as exc:
+                    group.consumer = state = snapshot
+                    error = exc.code
+            errors.append(error)
+        return errors
+
     # ---- leaving and fencing ---------------------------------------------------------------------
 
     def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -390,7 +651,7 @@ class ConsumerGroupCoordinator:
                 raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
                                  f"Static member {req.member_id} with instance id {req.instance_id} was fenced by "
                                  f"member {member.member_id}.")
-        snapshot = copy.deepcopy(state)
+        snapshot = state.snapshot()
         try:
             if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
                 # The static member keeps its partitions until it rejoins or its session times out.
@@ -406,6 +667,7 @@ class ConsumerGroupCoordinator:
                 self._fence(group, member.member_id, "left the group", records)
         except KafkaError:
             group.consumer = snapshot
+            self._schedule_session_timeout(group.group_id, member.member_id)
             raise
         return HeartbeatResult(member_id=member.member_id, member_epoch=req.member_epoch,
                                heartbeat_interval_ms=0)
@@ -423,6 +685,8 @@ class ConsumerGroupCoordinator:
         at their next heartbeat (Kafka's consumerGroupFenceMember)."""
         state = group.consumer
         assert state is not None
+        if self._maybe_downgrade(group, member_id):
+            return
         self._remove_member(group, member_id, records)
         names = state.subscribed_topic_names()
         metadata = {n: m for n, m in state.subscription_metadata.items() if n in names}
@@ -435,9 +699,14 @@ class ConsumerGroupCoordinator:
         log.info("Member %s of consumer group %s is removed (%s); group epoch %d", member_id, group.group_id,
                  reason, state.group_epoch)
 
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.host.schedule_timer(("consumer-session", group_id, member_id),
-                                 self.config.group_consumer_session_timeout_ms,
+    def _schedule_session_timeout(self, group_id: str, member_id: str, timeout_ms: int | None = None) -> None:
+        if timeout_ms is None:
+            group = self.host.groups.get(group_id)
+            member = group.consumer.members.get(member_id) if group is not None and group.consumer else None
+            classic = member.classic if member is not None else None
+            timeout_ms = classic.session_timeout_ms if classic is not None else \
+                self.config.group_consumer_session_timeout_ms
+        self.host.schedule_timer(("consumer-session", group_id, member_id), timeout_ms,
                                  lambda: self._expire(group_id, member_id, None, "its session timed out"))
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerMember) -> None:
@@ -457,11 +726,12 @@ class ConsumerGroupCoordinator:
         if unrevoked_at_epoch is not None and (
                 member.state != MemberState.UNREVOKED_PARTITIONS or member.member_epoch != unrevoked_at_epoch):
             return
-        snapshot = copy.deepcopy(state)
+        snapshot = state.snapshot()
         try:
             self._fence(group, member_id, reason, [])
         except KafkaError as exc:
             group.consumer = snapshot
+            self._schedule_session_timeout(group_id, member_id)  # tried again a session timeout later
             log.warning("Consumer group %s keeps member %s for now: %s", group_id, member_id, exc.message)
 
     def on_loaded(self, group: Group) -> None:

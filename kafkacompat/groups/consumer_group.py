@@ -37,6 +37,15 @@ class TopicMetadata:
     partitions: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMembership:
+    """A member of a consumer group that speaks the classic protocol (JoinGroup/SyncGroup/
+    Heartbeat), after an online upgrade: its session timeout and JoinGroup protocols."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(slots=True)
 class ConsumerMember:
     member_id: str
@@ -53,6 +62,7 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMembership | None = None
 
     def owned(self) -> set[tuple[uuid.UUID, int]]:
         """Partitions this member holds: assigned, or still to be revoked."""
@@ -95,6 +105,15 @@ class ConsumerGroupState:
     def __repr__(self) -> str:
         return (f"ConsumerGroup({self.group_id!r}, {self.state_name()}, epoch {self.group_epoch}, "
                 f"{len(self.members)} members)")
+
+    def snapshot(self) -> "ConsumerGroupState":
+        """A copy to go back to if a change cannot be stored. Members and assignments are never
+        changed in place (a change replaces them), so copying the containers is enough."""
+        copy = ConsumerGroupState.__new__(ConsumerGroupState)
+        copy.__dict__.update(self.__dict__)
+        for name in ("members", "static_members", "target", "owners"):
+            setattr(copy, name, dict(getattr(self, name)))
+        return copy
 
     # ---- state ------------------------------------------------------------------------------
 
@@ -179,11 +198,26 @@ class ConsumerGroupState:
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
+        if member.classic is not None:
+            return ErrorCode.ILLEGAL_GENERATION if member_epoch != member.member_epoch else ErrorCode.NONE
         if version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
+
+    def classic_only_without(self, member_id: str) -> bool:
+        """Whether every member but ``member_id`` uses the classic protocol."""
+        return all(m.classic is not None for mid, m in self.members.items() if mid != member_id)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        for topic_id, indexes in self.target.get(member.member_id, {}).items():
+            for index in indexes - member.assigned.get(topic_id, frozenset()):
+                holder = self.owners.get((topic_id, index))
+                if holder is not None and holder != member.member_id:
+                    return True
+        return False
 
     def validate_offset_fetch(self, member_id: str | None, member_epoch: int) -> int:
         if member_epoch < 0 and member_id is None:

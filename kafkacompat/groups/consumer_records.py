@@ -22,7 +22,13 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from kafkacompat.groups.consumer_group import ConsumerGroupState, ConsumerMember, MemberState, TopicMetadata
+from kafkacompat.groups.consumer_group import (
+    ClassicMembership,
+    ConsumerGroupState,
+    ConsumerMember,
+    MemberState,
+    TopicMetadata,
+)
 from kafkacompat.wire.message_runtime import (
     read_array_length,
     read_string,
@@ -116,7 +122,21 @@ def member_metadata(group_id: str, member: ConsumerMember) -> Record:
     write_string(buf, member.subscribed_topic_regex, True)
     buf += _I32.pack(member.rebalance_timeout_ms)
     write_string(buf, member.server_assignor, True)
-    _end_struct(buf)
+    if member.classic is None:
+        _end_struct(buf)
+    else:  # tagged field 0: ClassicMemberMetadata
+        tagged = bytearray(_I32.pack(member.classic.session_timeout_ms))
+        _array_length(tagged, len(member.classic.protocols))
+        for name, metadata in member.classic.protocols:
+            write_string(tagged, name, True)
+            write_uvarint(tagged, len(metadata) + 1)
+            tagged += metadata
+            _end_struct(tagged)
+        _end_struct(tagged)
+        buf.append(1)
+        write_uvarint(buf, 0)
+        write_uvarint(buf, len(tagged))
+        buf += tagged
     return _key(MEMBER_METADATA_KEY, group_id, member.member_id), bytes(buf)
 
 
@@ -213,6 +233,32 @@ class _Reader:
             _, self.pos = read_uvarint(self.data, self.pos)
             self.pos = skip_tagged_field(self.data, self.pos)
 
+    def bytes_(self) -> bytes:
+        size, self.pos = read_uvarint(self.data, self.pos)
+        value = bytes(self.data[self.pos:self.pos + size - 1]) if size else b""
+        self.pos += max(size - 1, 0)
+        return value
+
+    def classic_member_tags(self) -> ClassicMembership | None:
+        """The tagged fields ending ConsumerGroupMemberMetadataValue: tag 0 is ClassicMemberMetadata."""
+        classic = None
+        count, self.pos = read_uvarint(self.data, self.pos)
+        for _ in range(count):
+            tag, self.pos = read_uvarint(self.data, self.pos)
+            if tag != 0:
+                self.pos = skip_tagged_field(self.data, self.pos)
+                continue
+            _, self.pos = read_uvarint(self.data, self.pos)  # the field's size
+            session_timeout = self.int32()
+            protocols = []
+            for _ in range(self.count()):
+                name = self.string(True) or ""
+                protocols.append((name, self.bytes_()))
+                self.skip_tags()
+            self.skip_tags()
+            classic = ClassicMembership(session_timeout, tuple(protocols))
+        return classic
+
     def topic_partitions(self) -> "Assignment":
         result: dict[uuid.UUID, frozenset[int]] = {}
         for _ in range(self.count()):
@@ -268,11 +314,12 @@ def replay(groups: dict[str, ConsumerGroupState], key: bytes | memoryview, value
         regex = body.string(True, True)
         rebalance_timeout = body.int32()
         assignor = body.string(True, True)
+        classic = body.classic_member_tags()
         existing = state.members.get(member_id) or ConsumerMember(member_id)
         state.put_member(replace(existing, instance_id=instance_id, rack_id=rack_id, client_id=client_id,
                                  client_host=client_host, subscribed_topic_names=names,
                                  subscribed_topic_regex=regex, rebalance_timeout_ms=rebalance_timeout,
-                                 server_assignor=assignor))
+                                 server_assignor=assignor, classic=classic))
     elif version == TARGET_METADATA_KEY:
         state.assignment_epoch = body.int32()
     elif version == TARGET_MEMBER_KEY:

@@ -43,7 +43,10 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC, OffsetCommitValue
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.services import OffsetsLog
     from kafkacompat.replication.partition import Partition
 
@@ -71,6 +74,8 @@ class JoinRequest:
     client_host: str = ""
     version: int = 9
     reason: str | None = None
+    # The topics that exist (MetadataView.topics): a consumer group's classic members need them.
+    topics: "Callable[[], Iterable[TopicInfo]] | None" = None
 
 
 @dataclass(slots=True)
@@ -236,6 +241,32 @@ class GroupCoordinator:
             self._append(group_id, records)
         except (KafkaError, OSError) as exc:
             raise KafkaError(_store_error(exc), str(getattr(exc, "message", exc))) from None
+
+    def release_classic_members(self, group: Group) -> None:
+        """A classic group becomes a consumer group: its parked JoinGroup/SyncGroup requests are
+        answered REBALANCE_IN_PROGRESS (their members rejoin) and its classic timers stop."""
+        for member in group.members.values():
+            self._answer_parked_requests(member, ErrorCode.REBALANCE_IN_PROGRESS)
+        for member_id in [*group.members, *group.pending_members]:
+            self._timers.cancel(self._heartbeat_key(group, member_id))
+        self._timers.cancel(("join", group.group_id))
+        self._timers.cancel(("sync", group.group_id))
+        group.members.clear()
+        group.pending_members.clear()
+        group.static_members.clear()
+        group.supported_protocols.clear()
+        group.pending_sync.clear()
+        group.leader_id = None
+
+    def adopt_classic_group(self, group: Group, reason: str) -> None:
+        """A consumer group downgraded to ``group`` (Stable, with its members): they must
+        heartbeat within their session timeouts, and a rebalance starts."""
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
+
+    def classic_group_record(self, group: Group) -> tuple[bytes, bytes | None]:
+        return self._group_metadata_record(group)
 
     # ---- time and timers ----------------------------------------------------------------------
 
@@ -751,7 +782,10 @@ class GroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is not None and group.consumer is not None:
             if group.has_consumer_members():
-                return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
+                return self.consumer.classic_join(
+                    group, req.member_id, req.group_instance_id, req.protocol_type, req.protocols,
+                    req.session_timeout_ms, req.rebalance_timeout_ms, req.client_id, req.client_host, req.version,
+                    req.topics or (lambda: []))
             error = self._drop_empty_consumer_group(group)
             if error:
                 return JoinResult(error, req.member_id)
@@ -947,6 +981,9 @@ class GroupCoordinator:
         if error:
             return SyncResult(error)
         group = self.groups.get(group_id)
+        if group is not None and group.has_consumer_members():
+            return self.consumer.classic_sync(group, member_id, instance_id, generation_id, protocol_type,
+                                              protocol_name)
         if group is None or group.is_in(EMPTY):
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.is_in(DEAD):
@@ -1023,6 +1060,8 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.has_consumer_members():
+            return self.consumer.classic_heartbeat(group, member_id, instance_id, generation_id)
         error = self._validate_member(group, member_id, instance_id)
         if error:
             return error
@@ -1045,6 +1084,8 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID, []
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        if group.has_consumer_members():
+            return ErrorCode.NONE, self.consumer.classic_leave(group, members)
         errors = []
         for member_id, instance_id in members:
             if member_id == "":

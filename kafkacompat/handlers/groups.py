@@ -124,6 +124,7 @@ async def handle_join_group(request, ctx: RequestContext):
         client_host=client_host(ctx),
         version=ctx.version,
         reason=request.reason,
+        topics=ctx.metadata.topics,
     )
     result = await coordinator(ctx).join_group(join)
     member_cls = response_class(JOIN_GROUP).JoinGroupResponseMember

@@ -23,7 +23,8 @@ from kafkacompat.testing.process import BrokerProcess
 
 TIMEOUT = 60
 HEARTBEAT, DESCRIBE = 68, 69
-SETTINGS = ("--set", "group.consumer.heartbeat.interval.ms=500", "--set", "group.initial.rebalance.delay.ms=0",
+SETTINGS = ("--set", "group.consumer.heartbeat.interval.ms=500", "--set", "group.consumer.min.heartbeat.interval.ms=500",
+            "--set", "group.initial.rebalance.delay.ms=0",
             "--set", "group.consumer.max.size=5")
 
 

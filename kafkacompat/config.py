@@ -1073,6 +1073,7 @@ class BrokerConfig:
         broker_id = _reconcile_broker_and_node_id(values, sources, typed)
         served, advertised, protocol = _resolve_listeners(typed)
         _check_retention_ms(typed)
+        _check_consumer_group_timeouts(typed)
         self.__dict__.update({attribute: typed[key] for attribute, key in _ATTRIBUTE_KEYS.items()})
         self.host = served.host or "0.0.0.0"
         self.port = served.port
@@ -1325,6 +1326,24 @@ def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
             ", ".join(directories[1:]),
         )
     return Path(directories[0])
+
+
+def _check_consumer_group_timeouts(typed: Mapping[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each consumer group interval within its min/max,
+    and the heartbeat interval below the session timeout."""
+    for kind in ("heartbeat.interval", "session.timeout"):
+        value = typed[f"group.consumer.{kind}.ms"]
+        low, high = typed[f"group.consumer.min.{kind}.ms"], typed[f"group.consumer.max.{kind}.ms"]
+        if high < low:
+            raise ConfigError.invalid(f"group.consumer.max.{kind}.ms", high,
+                                      f"must be greater than or equal to group.consumer.min.{kind}.ms ({low})")
+        if not low <= value <= high:
+            raise ConfigError.invalid(f"group.consumer.{kind}.ms", value,
+                                      f"must be between group.consumer.min.{kind}.ms ({low}) and "
+                                      f"group.consumer.max.{kind}.ms ({high})")
+    if typed["group.consumer.heartbeat.interval.ms"] >= typed["group.consumer.session.timeout.ms"]:
+        raise ConfigError.invalid("group.consumer.heartbeat.interval.ms", typed["group.consumer.heartbeat.interval.ms"],
+                                  "must be less than group.consumer.session.timeout.ms")
 
 
 def _check_retention_ms(typed: Mapping[str, Any]) -> None:

@@ -103,3 +103,19 @@ def test_records_read_back_to_the_same_state():
     for key, value in consumer_records.group_tombstones("g"):
         consumer_records.replay(loaded, key, value)
     assert "g" not in loaded
+
+
+def test_consumer_group_intervals_are_checked_at_start_up():
+    import pytest
+
+    from kafkacompat.config import BrokerConfig, ConfigError
+
+    with pytest.raises(ConfigError, match="group.consumer.min.heartbeat.interval.ms"):
+        BrokerConfig.load(overrides={"group.consumer.heartbeat.interval.ms": "500"})
+    with pytest.raises(ConfigError, match="less than group.consumer.session.timeout.ms"):
+        BrokerConfig.load(overrides={"group.consumer.heartbeat.interval.ms": "45000",
+                                     "group.consumer.max.heartbeat.interval.ms": "50000"})
+    with pytest.raises(ConfigError, match="group.consumer.assignors"):
+        BrokerConfig.load(overrides={"group.consumer.assignors": "sticky"})
+    config = BrokerConfig.load(overrides={"group.consumer.assignors": "range,uniform"})
+    assert configured_assignors(config.group_consumer_assignors) == ["range", "uniform"]

@@ -43,7 +43,7 @@ from kafkacompat.groups.consumer_protocol import (
     encode_assignment,
     protocol_version,
 )
-from kafkacompat.groups.state import CONSUMER_PROTOCOL_TYPE, Group, GroupState, JoinResult, SyncResult
+from kafkacompat.groups.state import CONSUMER_PROTOCOL_TYPE, Group, GroupState, JoinResult, SyncResult, Waiter
 from kafkacompat.groups.state import Member as ClassicMember
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -72,7 +72,9 @@ class GroupsHost(Protocol):
 
     def cancel_timer(self, key: object) -> None: ...
 
-    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None: ...
+    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> object: ...
+
+    def when_replicated(self, group_id: str, appended: object, on_done: Callable[[int], None]) -> None: ...
 
     def release_classic_members(self, group: Group) -> None: ...
 
@@ -133,6 +135,18 @@ class ConsumerGroupCoordinator:
         self.config = host.config
         self.assignors = configured_assignors(list(self.config.group_consumer_assignors))
         self._regexes: dict[str, "re.Pattern[str]"] = {}
+        # The appends of the operation under way (operations run between two awaits): what its
+        # answer waits for, as Kafka's runtime answers a write once it is committed.
+        self._appended: list[object] = []
+
+    def _when_replicated(self, group_id: str, on_done: Callable[[int], None]) -> bool:
+        """Call ``on_done(error code)`` once the ISR has this operation's appends; False (and no
+        call) when it appended nothing."""
+        appended, self._appended = self._appended, []
+        if not appended:
+            return False
+        self.host.when_replicated(group_id, appended[-1], on_done)
+        return True
 
     # ---- validation (Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid) --------------------
 
@@ -166,7 +180,19 @@ class ConsumerGroupCoordinator:
 
     # ---- ConsumerGroupHeartbeat -----------------------------------------------------------------
 
-    def heartbeat(self, req: HeartbeatRequest, topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
+    async def heartbeat(self, req: HeartbeatRequest, topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
+        """ConsumerGroupHeartbeat, answered once its records are replicated."""
+        self._appended = []
+        result = self._heartbeat_now(req, topics)
+        stored = Waiter()
+        if self._when_replicated(req.group_id, stored.complete):
+            error = await stored.wait()
+            if error and not result.error:
+                log.warning("The state of consumer group %s was not replicated: %s", req.group_id, error)
+                return HeartbeatResult(error, "The group's state could not be stored.")
+        return result
+
+    def _heartbeat_now(self, req: HeartbeatRequest, topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
         try:
             self._validate(req)
             error = self.host.check_group_id(req.group_id)
@@ -437,7 +463,7 @@ class ConsumerGroupCoordinator:
         if not records:
             return
         try:
-            self.host.append_records(group.group_id, records)
+            self._appended.append(self.host.append_records(group.group_id, records))
         except KafkaError as exc:
             log.warning("Could not store the state of consumer group %s: %s", group.group_id, exc.message)
             raise
@@ -506,7 +532,22 @@ class ConsumerGroupCoordinator:
     def classic_join(self, group: Group, member_id: str, instance_id: str | None, protocol_type: str,
                      protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
                      client_id: str, client_host: str, version: int,
-                     topics: Callable[[], "Iterable[TopicInfo]"]) -> JoinResult:
+                     topics: Callable[[], "Iterable[TopicInfo]"]) -> JoinResult | Waiter:
+        """The answer, or a Waiter that has it once the join's records are replicated."""
+        self._appended = []
+        result = self._classic_join_now(group, member_id, instance_id, protocol_type, protocols, session_timeout_ms,
+                                        rebalance_timeout_ms, client_id, client_host, version, topics)
+        answer = Waiter()
+
+        def on_stored(error: int) -> None:
+            answer.complete(result if not error or result.error else JoinResult(error, result.member_id))
+
+        return answer if self._when_replicated(group.group_id, on_stored) else result
+
+    def _classic_join_now(self, group: Group, member_id: str, instance_id: str | None, protocol_type: str,
+                          protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
+                          client_id: str, client_host: str, version: int,
+                          topics: Callable[[], "Iterable[TopicInfo]"]) -> JoinResult:
         """Kafka's classicGroupJoinToConsumerGroup: the member's subscription comes from its
         protocol metadata; the answer carries its member epoch as the generation, and no leader
         work (the coordinator assigns); SyncGroup then hands out its partitions."""
@@ -629,6 +670,7 @@ class ConsumerGroupCoordinator:
                     group.consumer = state = snapshot
                     error = exc.code
             errors.append(error)
+        self._appended = []  # LeaveGroup is answered once the records are appended
         return errors
 
     # ---- leaving and fencing ---------------------------------------------------------------------
@@ -729,6 +771,7 @@ class ConsumerGroupCoordinator:
         snapshot = state.snapshot()
         try:
             self._fence(group, member_id, reason, [])
+            self._appended = []  # a timer: nobody waits for its records
         except KafkaError as exc:
             group.consumer = snapshot
             self._schedule_session_timeout(group_id, member_id)  # tried again a session timeout later

@@ -234,13 +234,27 @@ class GroupCoordinator:
     def cancel_timer(self, key: object) -> None:
         self._timers.cancel(key)
 
-    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append a group's records; a failure raises KafkaError with the code its client is
-        told (Kafka's appendGroupMetadataErrorToResponseError)."""
+    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]):
+        """Append a group's records as Kafka's coordinator runtime does (acks=-1); a failure
+        raises KafkaError with the code its client is told (Kafka's
+        appendGroupMetadataErrorToResponseError). Returns what ``when_replicated`` waits for."""
         try:
-            self._append(group_id, records)
+            return self._append(group_id, records, acks_all=True)
         except (KafkaError, OSError) as exc:
             raise KafkaError(_store_error(exc), str(getattr(exc, "message", exc))) from None
+
+    def when_replicated(self, group_id: str, appended, on_done: Callable[[int], None]) -> None:
+        """``on_done(error code)`` once the ISR of the group's partition has an append (at once
+        on a single node), as ``_store_group_replicated`` waits."""
+        partition, required_offset, leader_epoch = appended
+        status = partition.replication_status(required_offset, leader_epoch)
+        if status is not None:
+            on_done(_store_error_code(status))
+        elif self._background is None:
+            on_done(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            self._background.start_soon(self._finish_store_when_replicated, group_id, partition,
+                                        required_offset, leader_epoch, on_done)
 
     def release_classic_members(self, group: Group) -> None:
         """A classic group becomes a consumer group: its parked JoinGroup/SyncGroup requests are

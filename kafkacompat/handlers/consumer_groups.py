@@ -19,7 +19,7 @@ async def handle_consumer_group_heartbeat(request, ctx: RequestContext):
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions or [])) for tp in request.topic_partitions
     ]
-    result = ctx.groups.consumer.heartbeat(HeartbeatRequest(
+    result = await ctx.groups.consumer.heartbeat(HeartbeatRequest(
         group_id=request.group_id or "", member_id=request.member_id or "", member_epoch=request.member_epoch,
         instance_id=request.instance_id, rack_id=request.rack_id,
         rebalance_timeout_ms=request.rebalance_timeout_ms,

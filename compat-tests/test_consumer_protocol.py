@@ -10,7 +10,15 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from clients import RawConnection
@@ -234,11 +242,35 @@ def test_admin_describe_and_list(broker, admin):
         assert {g.type for g in listed} == {ConsumerGroupType.CONSUMER}
         classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(15).valid
         assert group not in {g.group_id for g in classic}
+        # A group with members is not deleted; its subscribed topics' offsets are not either.
+        with pytest.raises(KafkaException) as raised:
+            admin.delete_consumer_groups([group])[group].result(15)
+        assert raised.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+        c.commit(asynchronous=False, offsets=[TopicPartition(topic, 0, 1)])
+        assert offset_delete(broker, group, topic) == ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
     finally:
         c.close()
+    admin.delete_consumer_groups([group])[group].result(15)
+    listed = admin.list_consumer_groups().result(15).valid
+    assert group not in {g.group_id for g in listed}
 
 
 # ---- raw requests: Kafka's error codes ------------------------------------------------------------
+
+
+def offset_delete(broker, group: str, topic: str) -> int:
+    """OffsetDelete v0 (written by kafka-python's schema): the partition's error code."""
+    from clients import request_class, response_class
+
+    cls = request_class(47)
+    topic_cls = cls.OffsetDeleteRequestTopic
+    request = cls(version=0, group_id=group, topics=[topic_cls(
+        name=topic, partitions=[topic_cls.OffsetDeleteRequestPartition(partition_index=0)])])
+    with RawConnection(broker.bootstrap) as conn:
+        response = conn.call(request, response_class(47), 0)
+    assert response.error_code == ErrorCode.NONE
+    return response.topics[0].partitions[0].error_code
+
 
 
 def heartbeat(broker, version: int = 1, **fields) -> ConsumerGroupHeartbeatResponse:

@@ -119,3 +119,19 @@ def test_consumer_group_intervals_are_checked_at_start_up():
         BrokerConfig.load(overrides={"group.consumer.assignors": "sticky"})
     config = BrokerConfig.load(overrides={"group.consumer.assignors": "range,uniform"})
     assert configured_assignors(config.group_consumer_assignors) == ["range", "uniform"]
+
+
+def test_regexes_follow_re2_syntax():
+    import pytest
+
+    from kafkacompat.groups.consumer_group import compile_regex
+    from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+    # librdkafka's form: each subscribed pattern in (...) joined with |, matched against whole names.
+    compiled = compile_regex("(^orders-.*)|(^audit)")
+    assert [n for n in ("orders-eu", "audit", "audit-log", "xorders-") if compiled.fullmatch(n)] == \
+        ["orders-eu", "audit"]
+    for pattern in ("(unclosed", "(?=a)b", r"(a)\1", "(?>a)", "a*+"):
+        with pytest.raises(KafkaError) as raised:
+            compile_regex(pattern)
+        assert raised.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION

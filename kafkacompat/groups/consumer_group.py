@@ -73,12 +73,46 @@ class ConsumerMember:
 
 
 def compile_regex(pattern: str) -> re.Pattern[str]:
-    """A SubscribedTopicRegex (Kafka compiles it with RE2J and matches whole topic names)."""
+    """A SubscribedTopicRegex (Kafka compiles it with RE2J and matches whole topic names).
+    Constructs RE2 refuses (lookarounds, backreferences, atomic groups, possessive quantifiers)
+    are refused here too, so a regex Kafka rejects is not accepted."""
     try:
-        return re.compile(pattern)
+        compiled = re.compile(pattern)
+        unsupported = _re2_unsupported(pattern)
     except (re.error, RecursionError, OverflowError) as exc:
         raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                          f"SubscribedTopicRegex {pattern!r} is not a valid regular expression: {exc}") from None
+    if unsupported:
+        raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                         f"SubscribedTopicRegex {pattern!r} is not a valid regular expression: {unsupported} "
+                         "is not supported (Kafka uses RE2 syntax)")
+    return compiled
+
+
+_RE2_UNSUPPORTED = {"ASSERT": "a lookaround", "ASSERT_NOT": "a lookaround", "GROUPREF": "a backreference",
+                    "GROUPREF_EXISTS": "a conditional group", "ATOMIC_GROUP": "an atomic group",
+                    "POSSESSIVE_REPEAT": "a possessive quantifier"}
+
+
+def _re2_unsupported(pattern: str) -> str | None:
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # Python 3.11+: the parser re compiles with
+    except ImportError:  # Python 3.10
+        import sre_parse as _parser  # type: ignore[no-redef]
+
+    def walk(node) -> str | None:
+        if isinstance(node, _parser.SubPattern):
+            node = node.data
+        if isinstance(node, (list, tuple)):
+            for item in node:
+                if isinstance(item, tuple) and item and str(item[0]) in _RE2_UNSUPPORTED:
+                    return _RE2_UNSUPPORTED[str(item[0])]
+                found = walk(item)
+                if found:
+                    return found
+        return None
+
+    return walk(_parser.parse(pattern))
 
 
 def _without_empty(assignment: dict[uuid.UUID, set[int] | frozenset[int]]) -> Assignment:

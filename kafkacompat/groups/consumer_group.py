@@ -83,36 +83,55 @@ def compile_regex(pattern: str) -> re.Pattern[str]:
         raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                          f"SubscribedTopicRegex {pattern!r} is not a valid regular expression: {exc}") from None
     if unsupported:
+        why = "its matching could take exponential time" if unsupported == _NESTED else \
+            "Kafka uses RE2 syntax"
         raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                          f"SubscribedTopicRegex {pattern!r} is not a valid regular expression: {unsupported} "
-                         "is not supported (Kafka uses RE2 syntax)")
+                         f"is not supported ({why})")
     return compiled
 
 
 _RE2_UNSUPPORTED = {"ASSERT": "a lookaround", "ASSERT_NOT": "a lookaround", "GROUPREF": "a backreference",
                     "GROUPREF_EXISTS": "a conditional group", "ATOMIC_GROUP": "an atomic group",
                     "POSSESSIVE_REPEAT": "a possessive quantifier"}
+_NESTED = "a nested unbounded quantifier"
 
 
 def _re2_unsupported(pattern: str) -> str | None:
+    """What RE2 would refuse in ``pattern``, or a nested unbounded quantifier (``(a+)+``): RE2
+    matches those in linear time, Python's backtracking engine in exponential time, so a
+    heartbeat could stall the broker; they are refused instead."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # Python 3.11+: the parser re compiles with
     except ImportError:  # Python 3.10
         import sre_parse as _parser  # type: ignore[no-redef]
+    unbounded = _parser.MAXREPEAT
 
-    def walk(node) -> str | None:
+    def walk(node, in_repeat: bool) -> str | None:
         if isinstance(node, _parser.SubPattern):
             node = node.data
-        if isinstance(node, (list, tuple)):
-            for item in node:
-                if isinstance(item, tuple) and item and str(item[0]) in _RE2_UNSUPPORTED:
-                    return _RE2_UNSUPPORTED[str(item[0])]
-                found = walk(item)
-                if found:
-                    return found
+        if not isinstance(node, (list, tuple)):
+            return None
+        for item in node:
+            if isinstance(item, tuple) and len(item) == 2 and not isinstance(item[0], (list, tuple)):
+                op, argument = item
+                name = str(op)
+                if name in _RE2_UNSUPPORTED:
+                    return _RE2_UNSUPPORTED[name]
+                if name in ("MAX_REPEAT", "MIN_REPEAT"):
+                    low, high, body = argument
+                    if high == unbounded and in_repeat:
+                        return _NESTED
+                    found = walk(body, in_repeat or high == unbounded or high > 1)
+                else:
+                    found = walk(argument, in_repeat)
+            else:
+                found = walk(item, in_repeat)
+            if found:
+                return found
         return None
 
-    return walk(_parser.parse(pattern))
+    return walk(_parser.parse(pattern), False)
 
 
 def _without_empty(assignment: dict[uuid.UUID, set[int] | frozenset[int]]) -> Assignment:

@@ -8,7 +8,14 @@ import uuid
 
 from kafkacompat.groups import consumer_records
 from kafkacompat.groups.assignors import MemberSpec, configured_assignors, range_, uniform
-from kafkacompat.groups.consumer_group import ConsumerGroupState, ConsumerMember, MemberState, TopicMetadata
+from kafkacompat.groups.consumer_group import (
+    ClassicMembership,
+    ConsumerGroupState,
+    ConsumerMember,
+    MemberState,
+    TopicMetadata,
+)
+from kafkacompat.groups.consumer_protocol import decode_assignment, decode_subscription, encode_assignment
 
 A, B = uuid.UUID(int=1), uuid.UUID(int=2)
 
@@ -87,7 +94,10 @@ def test_records_read_back_to_the_same_state():
         subscribed_topic_names=("t",), subscribed_topic_regex="(^t.*)", server_assignor="range",
         member_epoch=4, previous_member_epoch=3, state=MemberState.UNREVOKED_PARTITIONS,
         assigned={A: frozenset({0})}, pending_revocation={A: frozenset({2})}))
-    state.target = {"m1": {A: frozenset({0, 1})}}
+    state.put_member(ConsumerMember(  # a classic member of the group (after an online upgrade)
+        "m2", client_id="c2", subscribed_topic_names=("t",), member_epoch=4, previous_member_epoch=4,
+        classic=ClassicMembership(10000, (("range", b"\x00\x01sub"), ("roundrobin", b"")))))
+    state.target = {"m1": {A: frozenset({0, 1})}, "m2": {}}
     loaded: dict[str, ConsumerGroupState] = {}
     for key, value in consumer_records.group_records(state):
         assert consumer_records.replay(loaded, key, value) == "g"
@@ -97,8 +107,9 @@ def test_records_read_back_to_the_same_state():
     assert again.members == state.members and again.target == state.target
     assert again.owners == state.owners and again.static_members == {"i1": "m1"}
 
-    for key, value in consumer_records.member_tombstones("g", "m1"):
-        consumer_records.replay(loaded, key, value)
+    for member_id in ("m1", "m2"):
+        for key, value in consumer_records.member_tombstones("g", member_id):
+            consumer_records.replay(loaded, key, value)
     assert loaded["g"].members == {} and loaded["g"].owners == {}
     for key, value in consumer_records.group_tombstones("g"):
         consumer_records.replay(loaded, key, value)
@@ -137,3 +148,12 @@ def test_regexes_follow_re2_syntax():
         with pytest.raises(KafkaError) as raised:
             compile_regex(pattern)
         assert raised.value.code == ErrorCode.INVALID_REGULAR_EXPRESSION
+
+
+def test_embedded_consumer_protocol():
+    # ConsumerProtocolSubscription v1 as a classic client writes it: topics, user data, owned partitions.
+    sub = (b"\x00\x01" + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\xff\xff\xff\xff"
+           + b"\x00\x00\x00\x01" + b"\x00\x01t" + b"\x00\x00\x00\x01" + b"\x00\x00\x00\x02")
+    decoded = decode_subscription(sub)
+    assert (decoded.version, decoded.topics, decoded.owned) == (1, ["t"], [("t", [2])])
+    assert decode_assignment(encode_assignment([("t", [1, 0])], 1)) == [("t", [0, 1])]

@@ -271,6 +271,7 @@ class GroupCoordinator:
         group.supported_protocols.clear()
         group.pending_sync.clear()
         group.leader_id = None
+        group.state, group.previous_state = EMPTY, None  # no classic state machine while it is a consumer group
 
     def adopt_classic_group(self, group: Group, reason: str) -> None:
         """A consumer group downgraded to ``group`` (Stable, with its members): they must

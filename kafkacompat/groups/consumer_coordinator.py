@@ -215,7 +215,7 @@ class ConsumerGroupCoordinator:
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Consumer group {group_id} not found.")
             group = Group(group_id, self.host.wall_clock())
         elif group.members and create and by_name is not None and self._can_upgrade(group):
-            self._upgrade(group, by_name)
+            group.consumer = self._upgraded_state(group, by_name)
             return group
         elif not create or group.members or group.pending_members:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
@@ -238,10 +238,10 @@ class ConsumerGroupCoordinator:
             return False
         return True
 
-    def _upgrade(self, group: Group, by_name: dict[str, "TopicInfo"]) -> None:
-        """Kafka's convertToConsumerGroup: the classic members become members of a consumer group
-        at the classic generation, keeping their assignments; parked JoinGroup/SyncGroup requests
-        are answered REBALANCE_IN_PROGRESS so they rejoin."""
+    def _upgraded_state(self, group: Group, by_name: dict[str, "TopicInfo"]) -> ConsumerGroupState:
+        """Kafka's ConsumerGroup.fromClassicGroup: the classic members as members of a consumer
+        group at the classic generation, keeping their assignments (nothing changes until the
+        heartbeat that upgrades the group is stored: ``_finish_upgrade``)."""
         state = ConsumerGroupState(group.group_id)
         state.group_epoch = state.assignment_epoch = group.generation_id
         try:
@@ -264,13 +264,25 @@ class ConsumerGroupCoordinator:
                              f"Cannot upgrade the classic group {group.group_id} to consumer group because the "
                              f"embedded consumer protocol is malformed: {exc}") from None
         self._refresh_subscriptions(state, by_name, group.group_id, [])
-        records = [(storage.group_metadata_key(group.group_id), None), *consumer_records.group_records(state)]
-        self._append(group, records)
+        return state
+
+    def _upgrade_records(self, group: Group) -> list[tuple[bytes, bytes | None]]:
+        """Kafka's convertToConsumerGroup records: the classic group's tombstone, then the
+        consumer group as converted."""
+        assert group.consumer is not None
+        return [(storage.group_metadata_key(group.group_id), None), *consumer_records.group_records(group.consumer)]
+
+    def _finish_upgrade(self, group: Group) -> None:
+        """The upgrade is stored: parked classic JoinGroup/SyncGroup requests are answered
+        REBALANCE_IN_PROGRESS (their members rejoin, now into the consumer group), and the
+        converted members' session timeouts start."""
+        state = group.consumer
+        assert state is not None
         self.host.release_classic_members(group)
-        group.consumer = state
         for member in state.members.values():
-            self._schedule_session_timeout(group.group_id, member.member_id)
-        log.info("Classic group %s is upgraded to a consumer group at epoch %d with %d member(s)",
+            if member.classic is not None:
+                self._schedule_session_timeout(group.group_id, member.member_id)
+        log.info("Classic group %s is upgraded to a consumer group (group epoch %d, %d member(s))",
                  group.group_id, state.group_epoch, len(state.members))
 
     def _maybe_downgrade(self, group: Group, leaving_id: str) -> bool:
@@ -327,21 +339,30 @@ class ConsumerGroupCoordinator:
 
     def _heartbeat(self, req: HeartbeatRequest, topics: Callable[[], "Iterable[TopicInfo]"]) -> HeartbeatResult:
         by_name = {t.name: t for t in topics()}
+        upgrading = self._upgrade_candidate(req.group_id, req.member_epoch == 0)
         group = self._consumer_group(req.group_id, create=req.member_epoch == 0, by_name=by_name)
         state = group.consumer
         assert state is not None
-        max_size = self.config.group_consumer_max_size
-        if len(state.members) >= max_size and (not req.member_id or req.member_id not in state.members):
-            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
-                             f"The consumer group has reached its maximum capacity of {max_size} members.")
-        member_id = req.member_id or new_member_id()
-        member, replaced_id = self._member_for(state, req, member_id)
-        snapshot = state.snapshot()
+        snapshot = None if upgrading else state.snapshot()
         try:
-            return self._apply_heartbeat(group, state, req, member, replaced_id, by_name)
+            max_size = self.config.group_consumer_max_size
+            if len(state.members) >= max_size and (not req.member_id or req.member_id not in state.members):
+                raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The consumer group has reached its maximum capacity of {max_size} members.")
+            member_id = req.member_id or new_member_id()
+            member, replaced_id = self._member_for(state, req, member_id)
+            prefix = self._upgrade_records(group) if upgrading else []
+            result = self._apply_heartbeat(group, state, req, member, replaced_id, by_name, prefix)
         except KafkaError:
-            group.consumer = snapshot
+            group.consumer = snapshot  # an upgrade that did not happen leaves the classic group as it was
             raise
+        if upgrading:
+            self._finish_upgrade(group)
+        return result
+
+    def _upgrade_candidate(self, group_id: str, joining: bool) -> bool:
+        group = self.host.groups.get(group_id)
+        return joining and group is not None and group.consumer is None and bool(group.members)
 
     def _member_for(self, state: ConsumerGroupState, req: HeartbeatRequest,
                     member_id: str) -> tuple[ConsumerMember, str | None]:
@@ -400,8 +421,9 @@ class ConsumerGroupCoordinator:
 
     def _apply_heartbeat(self, group: Group, state: ConsumerGroupState, req: HeartbeatRequest,
                          member: ConsumerMember, replaced_id: str | None,
-                         by_name: dict[str, "TopicInfo"]) -> HeartbeatResult:
-        records: list[tuple[bytes, bytes | None]] = []
+                         by_name: dict[str, "TopicInfo"],
+                         prefix: list[tuple[bytes, bytes | None]] | None = None) -> HeartbeatResult:
+        records: list[tuple[bytes, bytes | None]] = list(prefix or [])
         if replaced_id is not None:
             target = state.target.get(replaced_id)
             self._remove_member(group, replaced_id, records)

@@ -339,13 +339,23 @@ def test_bad_heartbeats_get_kafkas_errors(broker):
 def test_consumer_group_describe_errors(broker):
     group = unique("desc")
     assert join(broker, group, "m1").error_code == ErrorCode.NONE
-    for version in (0,):
+    for version in (0, 1):
         response = _call(broker, DESCRIBE, version, ConsumerGroupDescribeRequest(group_ids=[group, unique("nope")]),
                          ConsumerGroupDescribeResponse)
         found, missing = response.groups
         assert found.error_code == ErrorCode.NONE and [m.member_id for m in found.members] == ["m1"]
         assert found.assignor_name == "uniform" and found.group_epoch >= 1
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        if version >= 1:
+            assert found.members[0].member_type == 1  # the consumer protocol
+    # DescribeGroups describes classic groups only: Dead before v6, GROUP_ID_NOT_FOUND from v6.
+    from kafkacompat.wire.messages.describe_groups_request import DescribeGroupsRequest
+    from kafkacompat.wire.messages.describe_groups_response import DescribeGroupsResponse
+
+    (old,) = _call(broker, 15, 5, DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse).groups
+    assert (old.error_code, old.group_state) == (ErrorCode.NONE, "Dead")
+    (new,) = _call(broker, 15, 6, DescribeGroupsRequest(groups=[group]), DescribeGroupsResponse).groups
+    assert (new.error_code, new.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group} is not a classic group.")
 
 
 def commit(broker, group: str, topic: str, member_id: str, epoch: int, version: int = 9) -> int:
@@ -391,6 +401,46 @@ def test_offset_commit_and_fetch_are_fenced_by_member_epoch(broker, admin):
     assert fetch_offset(broker, group, topic, "m1", epoch - 1)[0] == ErrorCode.STALE_MEMBER_EPOCH
     assert fetch_offset(broker, group, topic, "nobody", epoch)[0] == ErrorCode.UNKNOWN_MEMBER_ID
     assert fetch_offset(broker, group, topic, None, -1) == (ErrorCode.NONE, 5)  # an admin client
+
+
+
+def test_offsets_by_topic_id_from_v10(broker, admin):
+    from kafkacompat.wire.messages.offset_commit_request import (
+        OffsetCommitRequest,
+        OffsetCommitRequestPartition,
+        OffsetCommitRequestTopic,
+    )
+    from kafkacompat.wire.messages.offset_commit_response import OffsetCommitResponse
+    from kafkacompat.wire.messages.offset_fetch_request import (
+        OffsetFetchRequest,
+        OffsetFetchRequestGroup,
+        OffsetFetchRequestTopics,
+    )
+    from kafkacompat.wire.messages.offset_fetch_response import OffsetFetchResponse
+
+    topic, group = unique("ids"), unique("g")
+    create_topic(admin, topic, 1)
+    joined = join(broker, group, "m1", subscribed_topic_names=[topic])
+    topic_id = joined.assignment.topic_partitions[0].topic_id
+    unknown = uuid.uuid4()
+    request = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=joined.member_epoch, member_id="m1",
+                                  topics=[OffsetCommitRequestTopic(topic_id=topic_id,
+                                                                   partitions=[OffsetCommitRequestPartition(0, 7)]),
+                                          OffsetCommitRequestTopic(topic_id=unknown,
+                                                                   partitions=[OffsetCommitRequestPartition(0, 7)])])
+    committed = _call(broker, 8, 10, request, OffsetCommitResponse).topics
+    assert [(t.topic_id, t.partitions[0].error_code) for t in committed] == [
+        (topic_id, ErrorCode.NONE), (unknown, ErrorCode.UNKNOWN_TOPIC_ID)]
+    fetch = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(
+        group_id=group, member_id="m1", member_epoch=joined.member_epoch,
+        topics=[OffsetFetchRequestTopics(topic_id=topic_id, partition_indexes=[0]),
+                OffsetFetchRequestTopics(topic_id=unknown, partition_indexes=[0])])])
+    (fetched,) = _call(broker, 9, 10, fetch, OffsetFetchResponse).groups
+    assert [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code) for t in fetched.topics] == [
+        (topic_id, 7, ErrorCode.NONE), (unknown, -1, ErrorCode.UNKNOWN_TOPIC_ID)]
+    every = OffsetFetchRequest(groups=[OffsetFetchRequestGroup(group_id=group, topics=None)])
+    (everything,) = _call(broker, 9, 10, every, OffsetFetchResponse).groups
+    assert [(t.topic_id, t.partitions[0].committed_offset) for t in everything.topics] == [(topic_id, 7)]
 
 
 def test_group_types_do_not_mix(broker, admin):

@@ -12,6 +12,7 @@ from kafkacompat.wire.codec import response_class
 
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1  # ConsumerGroupDescribe v1 MemberType
 
 
 @handles(CONSUMER_GROUP_HEARTBEAT, 0, 1)
@@ -62,6 +63,7 @@ def _described_group(cls, group_id: str, state: ConsumerGroupState, assignor: st
             subscribed_topic_regex=member.subscribed_topic_regex,
             assignment=_described_assignment(cls, member.assigned, names),
             target_assignment=_described_assignment(cls, state.target.get(member.member_id, {}), names),
+            member_type=CLASSIC_MEMBER if member.classic is not None else CONSUMER_MEMBER,  # v1
         ))
     return cls.DescribedGroup(
         group_id=group_id, group_state=state.state_name(), group_epoch=state.group_epoch,
@@ -70,7 +72,7 @@ def _described_group(cls, group_id: str, state: ConsumerGroupState, assignor: st
     )
 
 
-@handles(CONSUMER_GROUP_DESCRIBE, 0, 0)
+@handles(CONSUMER_GROUP_DESCRIBE, 0, 1)
 async def handle_consumer_group_describe(request, ctx: RequestContext):
     cls = response_class(CONSUMER_GROUP_DESCRIBE)
     consumer = ctx.groups.consumer

@@ -187,7 +187,7 @@ async def handle_leave_group(request, ctx: RequestContext):
 # ---- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
 
 
-@handles(DESCRIBE_GROUPS, 0, 5)
+@handles(DESCRIBE_GROUPS, 0, 6)
 async def handle_describe_groups(request, ctx: RequestContext):
     group_cls = response_class(DESCRIBE_GROUPS).DescribedGroup
     member_cls = group_cls.DescribedGroupMember
@@ -196,14 +196,20 @@ async def handle_describe_groups(request, ctx: RequestContext):
     for group_id in request.groups or []:
         error, group = coordinator(ctx).describe_group(group_id)
         operations = operations_bitfield(GROUP_OPERATIONS) if include_ops else OPERATIONS_OMITTED
-        if not error and group is not None and group.consumer is not None:
-            # Kafka describes only classic groups here: a consumer group is Dead to DescribeGroups
-            # before v6, GROUP_ID_NOT_FOUND from v6 (clients use ConsumerGroupDescribe).
-            error, group = (ErrorCode.GROUP_ID_NOT_FOUND if ctx.version >= 6 else ErrorCode.NONE), None
+        message = None
+        if not error and (group is None or group.consumer is not None or group.is_in(GroupState.DEAD)):
+            # Kafka describes classic groups only: another group, or none, is Dead before v6 and
+            # GROUP_ID_NOT_FOUND from v6 (consumer groups are for ConsumerGroupDescribe).
+            if ctx.version >= 6:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+                message = (f"Group {group_id} is not a classic group." if group is not None and group.consumer
+                           else f"Group {group_id} not found.")
+            group = None
         if error or group is None:
             groups.append(group_cls(
-                error_code=error, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",
-                protocol_data="", members=[], authorized_operations=operations,
+                error_code=error, error_message=message if error == ErrorCode.GROUP_ID_NOT_FOUND else _message(error),
+                group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
+                members=[], authorized_operations=operations,
             ))
             continue
         stable = group.state == GroupState.STABLE

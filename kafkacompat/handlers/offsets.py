@@ -1,4 +1,4 @@
-"""Committed offsets: OffsetCommit v0-9, OffsetFetch v0-9, OffsetDelete v0.
+"""Committed offsets: OffsetCommit v0-10, OffsetFetch v0-10 (topics by id from v10), OffsetDelete v0.
 
 The generated codecs carry every version from v0, so v0 and v1 (Sarama, old clients) go through
 the same codec; tests/test_groups_storage.py checks those layouts against hand-built bytes.
@@ -10,22 +10,40 @@ from kafkacompat.groups.coordinator import CommitPartition
 from kafkacompat.handlers.groups import coordinator
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode
 
 OFFSET_COMMIT = 8
 OFFSET_FETCH = 9
 OFFSET_DELETE = 47
 
 
-@handles(OFFSET_COMMIT, 0, 9)
+def _topic_key(ctx: RequestContext, name: str, topic_id) -> dict:
+    """How a response names a topic: by name before v10, by id from v10."""
+    return {"topic_id": topic_id} if ctx.version >= 10 else {"name": name}
+
+
+def _topic_name(ctx: RequestContext, name: str, topic_id) -> str | None:
+    """The topic a request names: by id from v10 of OffsetCommit/OffsetFetch (None: unknown id)."""
+    if ctx.version < 10:
+        return name
+    topic = ctx.metadata.topic_by_id(topic_id)
+    return topic.name if topic is not None else None
+
+
+@handles(OFFSET_COMMIT, 0, 10)
 async def handle_offset_commit(request, ctx: RequestContext):
     version = ctx.version
     partitions = []
-    shape = []
+    shape = []  # (name, topic id, partition indexes, resolved)
     for topic in request.topics or []:
-        shape.append((topic.name, [p.partition_index for p in topic.partitions or []]))
+        indexes = [p.partition_index for p in topic.partitions or []]
+        name = _topic_name(ctx, topic.name, topic.topic_id)
+        shape.append((name or "", topic.topic_id, indexes, name is not None))
+        if name is None:
+            continue
         for p in topic.partitions or []:
             partitions.append(CommitPartition(
-                topic.name, p.partition_index, p.committed_offset,
+                name, p.partition_index, p.committed_offset,
                 p.committed_leader_epoch if version >= 6 else -1,
                 p.committed_metadata,
                 p.commit_timestamp if version == 1 else -1,
@@ -43,23 +61,32 @@ async def handle_offset_commit(request, ctx: RequestContext):
     partition_cls = topic_cls.OffsetCommitResponsePartition
     it = iter(errors)
     topics = [
-        topic_cls(name=name, partitions=[partition_cls(partition_index=i, error_code=next(it)) for i in indexes])
-        for name, indexes in shape
+        topic_cls(**_topic_key(ctx, name, topic_id), partitions=[
+            partition_cls(partition_index=i, error_code=next(it) if resolved else ErrorCode.UNKNOWN_TOPIC_ID)
+            for i in indexes])
+        for name, topic_id, indexes, resolved in shape
     ]
     return response_for(OFFSET_COMMIT, ctx, throttle_time_ms=0, topics=topics)
 
 
-def _group_topics(fetched, cls_topic, cls_partition, version: int):
+def _group_topics(fetched, cls_topic, cls_partition, ctx: RequestContext):
     by_topic: dict[str, list] = {}
     for f in fetched:
         by_topic.setdefault(f.topic, []).append(cls_partition(
             partition_index=f.partition, committed_offset=f.offset, committed_leader_epoch=f.leader_epoch,
             metadata=f.metadata, error_code=f.error,
         ))
-    return [cls_topic(name=name, partitions=parts) for name, parts in by_topic.items()]
+    if ctx.version < 10:
+        return [cls_topic(name=name, partitions=parts) for name, parts in by_topic.items()]
+    topics = []
+    for name, parts in by_topic.items():
+        topic = ctx.metadata.topic(name)
+        if topic is not None:  # from v10 topics are named by id: offsets of deleted topics are left out
+            topics.append(cls_topic(topic_id=topic.topic_id, partitions=parts))
+    return topics
 
 
-@handles(OFFSET_FETCH, 0, 9)
+@handles(OFFSET_FETCH, 0, 10)
 async def handle_offset_fetch(request, ctx: RequestContext):
     version = ctx.version
     cls = response_class(OFFSET_FETCH)
@@ -70,14 +97,24 @@ async def handle_offset_fetch(request, ctx: RequestContext):
         partition_cls = topic_cls.OffsetFetchResponsePartitions
         groups = []
         for group in request.groups or []:
-            topics = None if group.topics is None else [(t.name, list(t.partition_indexes)) for t in group.topics]
+            topics, unknown = None, []
+            if group.topics is not None:
+                topics = []
+                for t in group.topics:
+                    name = _topic_name(ctx, t.name, t.topic_id)
+                    if name is None:
+                        unknown.append(topic_cls(topic_id=t.topic_id, partitions=[
+                            partition_cls(partition_index=i, committed_offset=-1, metadata="",
+                                          error_code=ErrorCode.UNKNOWN_TOPIC_ID) for i in t.partition_indexes]))
+                    else:
+                        topics.append((name, list(t.partition_indexes)))
             error, fetched = coordinator(ctx).fetch_offsets(
                 group.group_id, topics, require_stable,
                 member_id=group.member_id if version >= 9 else None,
                 member_epoch=group.member_epoch if version >= 9 else -1)
             groups.append(group_cls(
                 group_id=group.group_id, error_code=error,
-                topics=_group_topics(fetched, topic_cls, partition_cls, version) if not error else [],
+                topics=_group_topics(fetched, topic_cls, partition_cls, ctx) + unknown if not error else [],
             ))
         return response_for(OFFSET_FETCH, ctx, throttle_time_ms=0, groups=groups)
     topic_cls = cls.OffsetFetchResponseTopic
@@ -92,7 +129,7 @@ async def handle_offset_fetch(request, ctx: RequestContext):
         error = 0
     return response_for(
         OFFSET_FETCH, ctx, throttle_time_ms=0, error_code=error,
-        topics=_group_topics(fetched, topic_cls, partition_cls, version),
+        topics=_group_topics(fetched, topic_cls, partition_cls, ctx),
     )
 
 

@@ -26,7 +26,7 @@ warnings.simplefilter("ignore", DeprecationWarning)
 
 
 from kafkacompat.handlers import REGISTRY  # noqa: E402
-from kafkacompat.testing.fuzz import kafka_python_classes  # noqa: E402
+from kafkacompat.testing.fuzz import kafka_python_classes, kio_encode, kio_message  # noqa: E402
 from kafkacompat.wire import codec  # noqa: E402
 from kafkacompat.wire.message_runtime import ZERO_UUID  # noqa: E402
 
@@ -172,6 +172,13 @@ def kio_roundtrip(api_key: int, kind: str, version: int, data: bytes) -> bytes |
 def test_generated_codec_agrees_with_kafka_python_and_kio(api_key: int, version: int, kind: str) -> None:
     decode = codec.decode_request if kind == "request" else codec.decode_response
     encode = codec.encode_request if kind == "request" else codec.encode_response
+    if (api_key, kind) not in KAFKA_PYTHON:
+        # kafka-python has no schema for it (KIP-848 and later APIs): kio writes the message, with
+        # values and with every nullable field null, and ours must read it and write it back as is.
+        for populated in (True, False):
+            data = kio_encode(kio_message(api_key, version, kind, populated=populated))
+            assert encode(decode(api_key, version, data), version) == data
+        return
     for nulls in (False, True):
         theirs = kafka_python_message(api_key, kind, version, nulls)
         data = bytes(theirs.encode(version=version))
@@ -186,6 +193,9 @@ def test_kio_covers_most_of_the_served_versions() -> None:
     """The kio half of the cross-check is not vacuous."""
     covered = 0
     for api_key, version in SERVED:
+        if (api_key, "response") not in KAFKA_PYTHON:
+            covered += 1  # checked against kio alone
+            continue
         body = bytes(kafka_python_message(api_key, "response", version, False).encode(version=version))
         covered += kio_roundtrip(api_key, "response", version, body) is not None
     assert covered > 0.8 * len(SERVED)

@@ -126,20 +126,35 @@ def default_body(api_key: int, version: int) -> bytes:
 def _kio_body(api_key: int, version: int, *, populated: bool) -> bytes:
     """The request written by kio (generated from Kafka's 4.x specs, independent of the broker's
     codec): every field empty/zero/null, or (``populated``) plausible as in ``populated_body``."""
-    import importlib
-    import io
-    import re
+    return kio_encode(kio_message(api_key, version, "request", populated=populated))
 
-    from kio.serial import entity_writer
+
+def kio_class(api_key: int, version: int, kind: str) -> type:
+    """kio's request or response class of an API version (ImportError when kio lacks it)."""
+    import importlib
+    import re
 
     from kafkacompat.wire.frame import api_name
 
     module = re.sub(r"(?<!^)(?=[A-Z])", "_", api_name(api_key)).lower()
-    schema = importlib.import_module(f"kio.schema.{module}.v{version}.request")
-    cls = next(c for name, c in vars(schema).items() if name.endswith("Request") and isinstance(c, type)
-               and getattr(c, "__api_key__", None) == api_key)
+    schema = importlib.import_module(f"kio.schema.{module}.v{version}.{kind}")
+    suffix = "Request" if kind == "request" else "Response"
+    return next(c for name, c in vars(schema).items() if name.endswith(suffix) and isinstance(c, type)
+                and getattr(c, "__api_key__", None) == api_key)
+
+
+def kio_message(api_key: int, version: int, kind: str, *, populated: bool) -> Any:
+    """A kio message of the API version: every field empty/zero/null, or plausible values."""
+    return _kio_entity(kio_class(api_key, version, kind), "", populated)
+
+
+def kio_encode(entity: Any) -> bytes:
+    import io
+
+    from kio.serial import entity_writer
+
     buffer = io.BytesIO()
-    entity_writer(cls)(buffer, _kio_entity(cls, "", populated))
+    entity_writer(type(entity))(buffer, entity)
     return buffer.getvalue()
 
 

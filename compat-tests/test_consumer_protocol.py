@@ -94,7 +94,7 @@ def test_members_join_and_leave_under_load_nothing_lost(broker, admin):
             producer.produce(topic, str(i).encode(), partition=i % 6)
             producer.poll(0)
             if i % 50 == 49:
-                time.sleep(0.05)
+                time.sleep(0.25)  # about 3 s of load: members join and leave while it lasts
         producer.flush(15)
         stop_producing.set()
 

@@ -45,7 +45,9 @@ def test_consumer_group_survives_a_coordinator_crash(tmp_path):
         md = cluster.wait_for(lambda md: OFFSETS_TOPIC in md.topics)
         index = partition_for(group, len(md.topics[OFFSETS_TOPIC].partitions))
         cluster.wait_for(lambda md: set(md.topics[OFFSETS_TOPIC].partitions[index].isrs) == set(BROKERS))
-        cluster.wait_for(lambda md: topic in md.topics and len(md.topics[topic].partitions) == 2)
+        # The coordinator's own metadata must have the topic, or the first heartbeat assigns nothing.
+        cluster.wait_for(lambda md: topic in md.topics and len(md.topics[topic].partitions) == 2,
+                         broker_id=coordinator)
         bootstrap = cluster.brokers[coordinator].bootstrap
 
         def joined():

@@ -245,15 +245,18 @@ class ConsumerGroupState:
 
     # ---- offsets (Kafka's ConsumerGroup.validateOffsetCommit / validateOffsetFetch) ----------
 
-    def validate_offset_commit(self, member_id: str, member_epoch: int, version: int) -> int:
+    def validate_offset_commit(self, member_id: str, member_epoch: int, version: int, *,
+                               transactional: bool = False, instance_id: str | None = None) -> int:
         if member_epoch < 0 and not self.members:
             return ErrorCode.NONE
+        if transactional and member_epoch == -1 and member_id == "" and instance_id is None:
+            return ErrorCode.NONE  # TxnOffsetCommit without group membership fields
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member.classic is not None:
             return ErrorCode.ILLEGAL_GENERATION if member_epoch != member.member_epoch else ErrorCode.NONE
-        if version < 9:
+        if not transactional and version < 9:
             return ErrorCode.UNSUPPORTED_VERSION
         if member_epoch != member.member_epoch:
             return ErrorCode.STALE_MEMBER_EPOCH

@@ -157,3 +157,24 @@ def test_embedded_consumer_protocol():
     decoded = decode_subscription(sub)
     assert (decoded.version, decoded.topics, decoded.owned) == (1, ["t"], [("t", [2])])
     assert decode_assignment(encode_assignment([("t", [1, 0])], 1)) == [("t", [0, 1])]
+
+
+def test_offset_commit_validation_follows_kafkas_consumer_group():
+    from kafkacompat.wire.errors import ErrorCode
+
+    state = ConsumerGroupState("g")
+    assert state.validate_offset_commit("", -1, 9) == ErrorCode.NONE  # an empty group: simple commits
+    state.put_member(ConsumerMember("m1", member_epoch=3))
+    state.put_member(ConsumerMember("c1", member_epoch=3, classic=ClassicMembership(10000, (("range", b""),))))
+    assert state.validate_offset_commit("m1", 3, 9) == ErrorCode.NONE
+    assert state.validate_offset_commit("m1", 2, 9) == ErrorCode.STALE_MEMBER_EPOCH
+    assert state.validate_offset_commit("m1", 3, 8) == ErrorCode.UNSUPPORTED_VERSION
+    assert state.validate_offset_commit("nobody", 3, 9) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert state.validate_offset_commit("c1", 2, 8) == ErrorCode.ILLEGAL_GENERATION  # a classic member
+    assert state.validate_offset_commit("c1", 3, 8) == ErrorCode.NONE
+    # TxnOffsetCommit: no version floor; no membership fields at all is accepted.
+    assert state.validate_offset_commit("m1", 3, 5, transactional=True) == ErrorCode.NONE
+    assert state.validate_offset_commit("", -1, 5, transactional=True) == ErrorCode.NONE
+    assert state.validate_offset_commit("m1", 2, 5, transactional=True) == ErrorCode.STALE_MEMBER_EPOCH
+    assert state.validate_offset_fetch(None, -1) == ErrorCode.NONE
+    assert state.validate_offset_fetch("m1", 2) == ErrorCode.STALE_MEMBER_EPOCH

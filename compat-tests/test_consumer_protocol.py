@@ -297,6 +297,10 @@ def test_admin_describe_and_list(broker, admin):
         assert {g.type for g in listed} == {ConsumerGroupType.CONSUMER}
         classic = admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(15).valid
         assert group not in {g.group_id for g in classic}
+        stable = admin.list_consumer_groups(states={ConsumerGroupState.STABLE}).result(15).valid
+        assert group in {g.group_id for g in stable}
+        empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY}).result(15).valid
+        assert group not in {g.group_id for g in empty}
         # A group with members is not deleted; its subscribed topics' offsets are not either.
         with pytest.raises(KafkaException) as raised:
             admin.delete_consumer_groups([group])[group].result(15)

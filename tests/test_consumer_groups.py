@@ -178,3 +178,15 @@ def test_offset_commit_validation_follows_kafkas_consumer_group():
     assert state.validate_offset_commit("m1", 2, 5, transactional=True) == ErrorCode.STALE_MEMBER_EPOCH
     assert state.validate_offset_fetch(None, -1) == ErrorCode.NONE
     assert state.validate_offset_fetch("m1", 2) == ErrorCode.STALE_MEMBER_EPOCH
+
+
+def test_classic_members_must_share_a_protocol():
+    state = ConsumerGroupState("g")
+    assert state.supports_classic_protocols("consumer", ["range"], "consumer")
+    assert not state.supports_classic_protocols("connect", ["range"], "consumer")
+    assert not state.supports_classic_protocols("consumer", [], "consumer")
+    state.put_member(ConsumerMember("m1"))  # consumer-protocol members do not constrain
+    assert state.supports_classic_protocols("consumer", ["roundrobin"], "consumer")
+    state.put_member(ConsumerMember("c1", classic=ClassicMembership(10000, (("range", b""), ("sticky", b"")))))
+    assert state.supports_classic_protocols("consumer", ["roundrobin", "sticky"], "consumer")
+    assert not state.supports_classic_protocols("consumer", ["roundrobin"], "consumer")

@@ -580,7 +580,7 @@ class ConsumerGroupCoordinator:
         max_size = self.config.group_consumer_max_size
         if len(state.members) >= max_size and member_id not in state.members:
             return JoinResult(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
-        if protocol_type != CONSUMER_PROTOCOL_TYPE or not protocols:
+        if not state.supports_classic_protocols(protocol_type, [name for name, _ in protocols], CONSUMER_PROTOCOL_TYPE):
             return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if unknown and version >= 4 and instance_id is None:
             return JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id)

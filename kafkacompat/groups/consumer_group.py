@@ -262,6 +262,14 @@ class ConsumerGroupState:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
+    def supports_classic_protocols(self, protocol_type: str, names: list[str], consumer_type: str) -> bool:
+        """Kafka's ConsumerGroup.supportsClassicProtocols: a classic member may join if it speaks
+        the consumer embedded protocol and shares a protocol (assignor) with every classic member."""
+        if protocol_type != consumer_type or not names:
+            return False
+        classic = [m.classic for m in self.members.values() if m.classic is not None]
+        return any(all(any(name == p for p, _ in c.protocols) for c in classic) for name in names)
+
     def classic_only_without(self, member_id: str) -> bool:
         """Whether every member but ``member_id`` uses the classic protocol."""
         return all(m.classic is not None for mid, m in self.members.items() if mid != member_id)

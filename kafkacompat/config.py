@@ -600,6 +600,29 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("group.initial.rebalance.delay.ms", _INT, "3000", MEDIUM,
             "Wait for more members before the first rebalance of an empty group."),
     _broker("group.max.size", _INT, INT_MAX, MEDIUM, "Maximum number of members in one group.", at_least(1)),
+    # KIP-848 consumer groups (group.protocol=consumer)
+    _broker("group.consumer.heartbeat.interval.ms", _INT, "5000", MEDIUM,
+            "Heartbeat interval given to consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.min.heartbeat.interval.ms", _INT, "5000", MEDIUM,
+            "Minimum heartbeat interval of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.max.heartbeat.interval.ms", _INT, "15000", MEDIUM,
+            "Maximum heartbeat interval of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.session.timeout.ms", _INT, "45000", MEDIUM,
+            "A consumer-protocol member is removed when it has not heartbeated for this long.", at_least(1)),
+    _broker("group.consumer.min.session.timeout.ms", _INT, "45000", MEDIUM,
+            "Minimum session timeout of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.max.session.timeout.ms", _INT, "60000", MEDIUM,
+            "Maximum session timeout of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.assignors", _LIST, "uniform,range", MEDIUM,
+            "Server-side assignors of consumer groups (uniform, range or their Kafka class names); "
+            "the first is the default.",
+            one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                   "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
+    _broker("group.consumer.max.size", _INT, INT_MAX, MEDIUM, "Maximum number of members in one consumer group.",
+            at_least(1)),
+    _broker("group.consumer.migration.policy", _STR, "bidirectional", MEDIUM,
+            "Online migration between the classic and the consumer protocol: disabled, downgrade, upgrade or "
+            "bidirectional.", one_of("disabled", "downgrade", "upgrade", "bidirectional")),
     _broker("offset.metadata.max.bytes", _INT, "4096", HIGH, "Max size of the metadata of an offset commit."),
     _broker("offsets.load.buffer.size", _INT, "5242880", HIGH, "Read batch size when loading offsets.", at_least(1)),
     _broker("offsets.topic.replication.factor", _SHORT, "3", HIGH, "Replication factor of __consumer_offsets.",
@@ -1166,6 +1189,7 @@ class BrokerConfig:
         served, inter_broker = _resolve_listeners(typed)
         del typed["_inter_broker_protocol_set"]
         _check_retention_ms(typed)
+        _check_consumer_group_timeouts(typed)
         self.__dict__.update({attribute: typed[key] for attribute, key in _ATTRIBUTE_KEYS.items()})
         first = served[0]
         self.served_listeners = tuple(served)
@@ -1496,6 +1520,24 @@ def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
             ", ".join(directories[1:]),
         )
     return Path(directories[0])
+
+
+def _check_consumer_group_timeouts(typed: Mapping[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each consumer group interval within its min/max,
+    and the heartbeat interval below the session timeout."""
+    for kind in ("heartbeat.interval", "session.timeout"):
+        value = typed[f"group.consumer.{kind}.ms"]
+        low, high = typed[f"group.consumer.min.{kind}.ms"], typed[f"group.consumer.max.{kind}.ms"]
+        if high < low:
+            raise ConfigError.invalid(f"group.consumer.max.{kind}.ms", high,
+                                      f"must be greater than or equal to group.consumer.min.{kind}.ms ({low})")
+        if not low <= value <= high:
+            raise ConfigError.invalid(f"group.consumer.{kind}.ms", value,
+                                      f"must be between group.consumer.min.{kind}.ms ({low}) and "
+                                      f"group.consumer.max.{kind}.ms ({high})")
+    if typed["group.consumer.heartbeat.interval.ms"] >= typed["group.consumer.session.timeout.ms"]:
+        raise ConfigError.invalid("group.consumer.heartbeat.interval.ms", typed["group.consumer.heartbeat.interval.ms"],
+                                  "must be less than group.consumer.session.timeout.ms")
 
 
 def _check_retention_ms(typed: Mapping[str, Any]) -> None:

@@ -135,6 +135,7 @@ async def handle_join_group(request, ctx: RequestContext):
         client_host=client_host(ctx),
         version=ctx.version,
         reason=request.reason,
+        topics=ctx.metadata.topics,
     )
     result = await coordinator(ctx).join_group(join)
     member_cls = response_class(JOIN_GROUP).JoinGroupResponseMember
@@ -204,7 +205,7 @@ async def handle_leave_group(request, ctx: RequestContext):
 # ---- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
 
 
-@handles(DESCRIBE_GROUPS, 0, 5)
+@handles(DESCRIBE_GROUPS, 0, 6)
 async def handle_describe_groups(request, ctx: RequestContext):
     group_cls = response_class(DESCRIBE_GROUPS).DescribedGroup
     member_cls = group_cls.DescribedGroupMember
@@ -217,10 +218,20 @@ async def handle_describe_groups(request, ctx: RequestContext):
             continue
         error, group = coordinator(ctx).describe_group(group_id)
         operations = ctx.authorized_operations(ResourceType.GROUP, group_id) if include_ops else OPERATIONS_OMITTED
+        message = None
+        if not error and (group is None or group.consumer is not None or group.is_in(GroupState.DEAD)):
+            # Kafka describes classic groups only: another group, or none, is Dead before v6 and
+            # GROUP_ID_NOT_FOUND from v6 (consumer groups are for ConsumerGroupDescribe).
+            if ctx.version >= 6:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+                message = (f"Group {group_id} is not a classic group." if group is not None and group.consumer
+                           else f"Group {group_id} not found.")
+            group = None
         if error or group is None:
             groups.append(group_cls(
-                error_code=error, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",
-                protocol_data="", members=[], authorized_operations=operations,
+                error_code=error, error_message=message if error == ErrorCode.GROUP_ID_NOT_FOUND else _message(error),
+                group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
+                members=[], authorized_operations=operations,
             ))
             continue
         stable = group.state == GroupState.STABLE
@@ -251,8 +262,8 @@ async def handle_list_groups(request, ctx: RequestContext):
     # Without DESCRIBE on the cluster, only the groups the client may DESCRIBE are listed.
     everything = ctx.authorize_cluster(AclOperation.DESCRIBE, log_denied=False)
     groups = [
-        listed_cls(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                   group_type="classic")
+        listed_cls(group_id=g.group_id, protocol_type="consumer" if g.consumer is not None else g.protocol_type or "",
+                   group_state=g.state_name(), group_type=g.type_name())
         for g in coordinator(ctx).list_groups(states, types)
         if everything or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
     ]

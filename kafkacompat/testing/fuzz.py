@@ -192,8 +192,92 @@ def default_body(api_key: int, version: int) -> bytes:
     """The request with every field at its schema default (empty arrays, zero timeouts, acks=0)."""
     if api_key in _HAND_WRITTEN:
         return _token_body(api_key, version, populated=False)
+    if (api_key, "request") not in kafka_python_classes():
+        return _kio_body(api_key, version, populated=False)
     cls = request_class(api_key)
     return bytes(cls(version=version).encode(version=version))
+
+
+# ---- APIs kafka-python has no schema for (KIP-848, share groups): kio writes them ------------
+
+
+def _kio_body(api_key: int, version: int, *, populated: bool) -> bytes:
+    """The request written by kio (generated from Kafka's 4.x specs, independent of the broker's
+    codec): every field empty/zero/null, or (``populated``) plausible as in ``populated_body``."""
+    return kio_encode(kio_message(api_key, version, "request", populated=populated))
+
+
+def kio_class(api_key: int, version: int, kind: str) -> type:
+    """kio's request or response class of an API version (ImportError when kio lacks it)."""
+    import importlib
+    import re
+
+    from kafkacompat.wire.frame import api_name
+
+    module = re.sub(r"(?<!^)(?=[A-Z])", "_", api_name(api_key)).lower()
+    schema = importlib.import_module(f"kio.schema.{module}.v{version}.{kind}")
+    suffix = "Request" if kind == "request" else "Response"
+    return next(c for name, c in vars(schema).items() if name.endswith(suffix) and isinstance(c, type)
+                and getattr(c, "__api_key__", None) == api_key)
+
+
+def kio_message(api_key: int, version: int, kind: str, *, populated: bool) -> Any:
+    """A kio message of the API version: every field empty/zero/null, or plausible values."""
+    return _kio_entity(kio_class(api_key, version, kind), "", populated)
+
+
+def kio_encode(entity: Any) -> bytes:
+    import io
+
+    from kio.serial import entity_writer
+
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def _kio_entity(cls: type, parent: str, populated: bool) -> Any:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _kio_value(hints[f.name], f.name, parent, populated)
+                  for f in dataclasses.fields(cls) if f.init})
+
+
+def _kio_value(hint: Any, name: str, parent: str, populated: bool) -> Any:
+    import dataclasses
+    import datetime
+    import types
+    import typing
+
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if not populated and type(None) in args:
+            return None
+        return _kio_value(next(a for a in args if a is not type(None)), name, parent, populated)
+    if typing.get_origin(hint) is tuple:
+        return (_kio_value(args[0], name, parent, populated),) if populated else ()
+    if dataclasses.is_dataclass(hint):
+        return _kio_entity(hint, name, populated)
+    if isinstance(hint, type) and issubclass(hint, datetime.timedelta):
+        return hint.parse(datetime.timedelta(milliseconds=100 if populated else 0))
+    if isinstance(hint, type) and issubclass(hint, bool):
+        return populated
+    if isinstance(hint, type) and issubclass(hint, int):
+        return hint.parse(0) if hasattr(hint, "parse") else hint(0)
+    if isinstance(hint, type) and issubclass(hint, str):
+        if not populated:
+            return hint("")
+        where = f"{parent}.{name}"
+        return hint(TARGET_TOPIC if "topic" in where else TARGET_GROUP if "group" in where else "hostile")
+    if hint is uuid.UUID:
+        return uuid.UUID(int=0)
+    if hint is bytes:
+        return b"x" if populated else b""
+    if isinstance(hint, type) and issubclass(hint, float):
+        return hint.parse(1.0 if populated else 0.0) if hasattr(hint, "parse") else hint(1.0 if populated else 0.0)
+    raise TypeError(f"no plausible value for {name}: {hint!r}")
 
 
 TARGET_TOPIC = "hostile-target"  # what populated requests name: created, altered, deleted at will
@@ -207,6 +291,8 @@ def populated_body(api_key: int, version: int) -> bytes:
     reaches the handler code behind the empty arrays of ``default_body``."""
     if api_key in _HAND_WRITTEN:
         return _token_body(api_key, version, populated=True)
+    if (api_key, "request") not in kafka_python_classes():
+        return _kio_body(api_key, version, populated=True)
     cls = request_class(api_key)
     return bytes(cls(version=version, **_plausible_fields(cls.fields, "")).encode(version=version))
 

@@ -3,8 +3,10 @@ encode and frame the response."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from kafkacompat.faults import apply_fault
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import (
     API_VERSIONS_KEY,
@@ -56,7 +58,18 @@ async def dispatch(
         raise
     except ValueError as exc:
         raise ProtocolViolation(f"malformed {api_name(header.api_key)} v{version} request: {exc}") from exc
-    response = await handler.fn(request, RequestContext(services, header, connection))
+    metrics = services.metrics
+    started = time.perf_counter() if metrics.enabled else 0.0
+    faults = services.faults
+    fault = faults.take(header, request, services.metadata) if faults.active else None
+    if fault is not None:
+        answered, response = await apply_fault(fault, header.api_key, request, handler.error_response)
+        if not answered:
+            response = await handler.fn(request, RequestContext(services, header, connection))
+    else:
+        response = await handler.fn(request, RequestContext(services, header, connection))
+    if metrics.enabled:
+        metrics.request_done(header.api_key, time.perf_counter() - started)
     if response is None:
         return None
     encoded = handler.encode(response, version)

@@ -68,7 +68,31 @@ def _encode(response: FetchResponseData, version: int):
     )
 
 
-@handles(FETCH, 0, 18, decode=_decode, encode=_encode)
+def _error_response(request: FetchRequestData, code: int) -> FetchResponseData:
+    """An injected fault's answer (faults.py): ``code`` at the top and in every partition."""
+    return FetchResponseData([
+        FetchTopicResult(topic.name, topic.topic_id, [FetchPartitionResult(p.partition, code)
+                                                      for p in topic.partitions])
+        for topic in request.topics
+    ], code)
+
+
+def _count_bytes_out(ctx: RequestContext, request: FetchRequestData, topics: list[FetchTopicResult]) -> None:
+    """Kafka's BytesOutPerSec counts consumers' fetches (a follower's are replication bytes)."""
+    metrics = ctx.services.metrics
+    if metrics.enabled and request.replica_id < 0:
+        for topic in topics:
+            size = sum(result.records_size for result in topic.partitions)
+            if size:
+                metrics.fetched(topic.name or _topic_name(ctx, topic.topic_id), size)
+
+
+def _topic_name(ctx: RequestContext, topic_id) -> str:
+    info = ctx.metadata.topic_by_id(topic_id) if topic_id is not None else None
+    return info.name if info is not None else str(topic_id)
+
+
+@handles(FETCH, 0, 18, decode=_decode, encode=_encode, error_response=_error_response)
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
     if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
         return await _handle_old_fetch(request, ctx)
@@ -78,6 +102,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
+            _count_bytes_out(ctx, request, topics)
             return FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
         _close_records(topics)
@@ -90,6 +115,7 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     while True:
         topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
+            _count_bytes_out(ctx, request, topics)
             return FetchResponseData(topics)
         _close_records(topics)
         await _wait_for_data(partitions, deadline)

@@ -7,9 +7,11 @@ hot-path APIs plug in their own decoder and encoder. A handler that returns None
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from kafkacompat.faults import FaultInjector
+from kafkacompat.metrics import BrokerMetrics
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
 
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.producer_ids import ProducerIdManager
+    from kafkacompat.faults import ErrorResponseBuilder
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
@@ -31,7 +34,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator and the producer ids."""
+    hosted here, the group coordinator and the producer ids; what dispatch counts (metrics) and
+    injects (faults)."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -40,6 +44,8 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
+    faults: FaultInjector = field(default_factory=FaultInjector)
 
 
 @dataclass(slots=True)
@@ -89,6 +95,9 @@ class Handler:
     fn: Callable[[Any, RequestContext], Awaitable[Any]]
     decode: Decoder
     encode: Encoder
+    # The response that carries an injected fault's error (faults.py); None: built generically
+    # from the generated response class.
+    error_response: "ErrorResponseBuilder | None" = None
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -112,6 +121,7 @@ def handles(
     *,
     decode: Decoder | None = None,
     encode: Encoder | None = None,
+    error_response: "ErrorResponseBuilder | None" = None,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated coroutine as the handler for ``api_key`` at these versions."""
 
@@ -119,7 +129,8 @@ def handles(
         if api_key in REGISTRY:
             raise RuntimeError(f"two handlers registered for api key {api_key}")
         REGISTRY[api_key] = Handler(
-            api_key, min_version, max_version, fn, decode or _schema_decoder(api_key), encode or _schema_encode
+            api_key, min_version, max_version, fn, decode or _schema_decoder(api_key), encode or _schema_encode,
+            error_response,
         )
         return fn
 

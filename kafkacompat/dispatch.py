@@ -63,7 +63,7 @@ async def dispatch(
     faults = services.faults
     fault = faults.take(header, request, services.metadata) if faults.active else None
     if fault is not None:
-        answered, response = await apply_fault(fault, header.api_key, request, handler.error_response)
+        answered, response = await apply_fault(fault, header.api_key, version, request, handler.error_response)
         if not answered:
             response = await handler.fn(request, RequestContext(services, header, connection))
     else:

@@ -35,7 +35,7 @@ MAX_DELAY_MS = 300_000
 
 NAME_FIELDS = ("name", "topic", "topic_name")
 INDEX_FIELDS = ("partition_index", "index", "partition", "partition_id")
-SAME_NAME_FIELDS = ("topic_id", "group_id", "transactional_id")
+SAME_NAME_FIELDS = ("topic_id", "group_id", "transactional_id", "resource_name", "resource_type")
 
 ErrorResponseBuilder = Callable[[Any, int], Any]  # (decoded request, error code) -> response
 
@@ -122,7 +122,7 @@ class FaultInjector:
         return None
 
 
-async def apply_fault(fault: Fault, api_key: int, request: Any,
+async def apply_fault(fault: Fault, api_key: int, version: int, request: Any,
                       error_response: ErrorResponseBuilder | None) -> tuple[bool, Any]:
     """Delay, close or answer with the error. (True, response) when the fault answers the
     request (a None response sends nothing); (False, None) when the handler runs after it."""
@@ -134,7 +134,7 @@ async def apply_fault(fault: Fault, api_key: int, request: Any,
         return False, None
     if error_response is not None:
         return True, error_response(request, fault.error_code)
-    return True, generic_error_response(api_key, request, fault.error_code)
+    return True, generic_error_response(api_key, version, request, fault.error_code)
 
 
 # ---- parsing ------------------------------------------------------------------------------
@@ -287,14 +287,17 @@ def _element_class(cls: type, field_type: str) -> type | None:
 
 
 def _role(cls: type) -> str | None:
+    """What a response struct mirrors of the request: a partition, topic, group, config
+    resource, coordinator key, or (any other struct with an error code) one request item each."""
     names = {field.name for field in dataclasses.fields(cls)}
     if names & set(INDEX_FIELDS):
         return "partition"
     if names & set(NAME_FIELDS) or "topic_id" in names:
         return "topic"
-    if "group_id" in names:
-        return "group"
-    return None
+    for role in ("group_id", "resource_name", "key"):
+        if role in names:
+            return role
+    return "item" if "error_code" in names else None
 
 
 def _source_list(source: Any, role: str) -> list | None:
@@ -302,11 +305,13 @@ def _source_list(source: Any, role: str) -> list | None:
         if not items:
             continue
         item = items[0]
-        if role == "partition" and _is_partition_item(item):
+        if role == "item" or (role == "partition" and _is_partition_item(item)):
+            return items
+        if role in ("topic", "group_id", "key") and isinstance(item, str):
             return items
         if role == "topic" and _is_topic_item(item):
             return items
-        if role == "group" and hasattr(item, "group_id"):
+        if role in ("group_id", "resource_name") and hasattr(item, role):
             return items
     return None
 
@@ -317,6 +322,9 @@ def _mirror(cls: type, source: Any, code: int) -> Any:
         name = field.name
         if name == "error_code":
             out.error_code = code
+        elif isinstance(source, str):  # a request list of names: topics, groups, coordinator keys
+            if name in NAME_FIELDS or name in ("group_id", "key"):
+                setattr(out, name, source)
         elif name in NAME_FIELDS:
             value = _first(source, NAME_FIELDS)
             if isinstance(value, str):
@@ -339,7 +347,19 @@ def _mirror(cls: type, source: Any, code: int) -> Any:
     return out
 
 
-def generic_error_response(api_key: int, request: Any, code: int) -> Any:
+def generic_error_response(api_key: int, version: int, request: Any, code: int) -> Any:
     """The API's generated response with ``code`` at every level the request's topics,
-    partitions and groups reach, and in the top-level error code where there is one."""
-    return _mirror(codec.response_class(api_key), request, code)
+    partitions, groups and resources reach, and in the top-level error code where the version
+    has one."""
+    response = _mirror(codec.response_class(api_key), request, code)
+    if getattr(response, "error_code", 0) and not _encodes(response, version):
+        response.error_code = 0  # a top-level error code this version lacks (FindCoordinator v4+)
+    return response
+
+
+def _encodes(response: Any, version: int) -> bool:
+    try:
+        codec.encode_response(response, version)
+    except codec.EncodeError:
+        return False
+    return True

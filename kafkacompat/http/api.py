@@ -23,7 +23,7 @@ def get_brokers(app: "HttpContext", request: Request, params: dict[str, str]) ->
             broker["running"] = app.control.running(broker["id"])
         listed += [{"id": broker_id, "running": False} for broker_id in app.control.broker_ids()
                    if broker_id not in known]
-    return json_response(listed)
+    return json_response(sorted(listed, key=lambda broker: broker["id"]))
 
 
 def get_topics(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:

@@ -234,8 +234,10 @@ def run_dev_cluster(args: argparse.Namespace) -> None:
                     progress.update(f"broker {index} of {args.brokers} on port {args.port + index}")
                     await cluster.start_broker(index, args.port + index, http=http[index])
                 progress.done()
-                print(f"dev-cluster: {args.brokers} broker(s) ready; bootstrap servers: {cluster.bootstrap()}"
-                      + cluster.http_summary(), flush=True)
+                print(f"dev-cluster: {args.brokers} broker(s) ready; bootstrap servers: {cluster.bootstrap()}",
+                      flush=True)
+                if cluster.http_summary():
+                    print(f"dev-cluster: consoles: {cluster.http_summary()}", flush=True)
                 async for _ in signals:
                     break
                 await cluster.stop_all()

@@ -119,7 +119,7 @@ class InProcessCluster:
     def http_summary(self) -> str:
         urls = [f"http://{b.http.host}:{b.http_port}/" for _, b in sorted(self.brokers.items())
                 if b.http is not None and b.http_port is not None]
-        return f"; consoles: {' '.join(urls)}" if urls else ""
+        return " ".join(urls)
 
     # ---- ClusterControl (kafkacompat/http/app.py): the HTTP API's broker stop and start --------
 

@@ -28,13 +28,14 @@ main{padding:18px 20px;max-width:1400px}h1{font-size:19px;margin:4px 0 14px}h2{f
 a{color:var(--accent)}table{border-collapse:collapse;width:100%;background:#fff;border:1px solid var(--line)}
 th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top;white-space:nowrap}
 th{background:#eef1f6;font-weight:600;font-size:12px;color:#3b4658;text-transform:uppercase;letter-spacing:.3px}
-td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}td.wrap{white-space:normal;word-break:break-all;
-max-width:560px;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}tbody tr:hover{background:#f9fbfe}
+.wrap,.hex{display:block;max-width:640px;white-space:pre-wrap;word-break:break-all;
+font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}.hdr .wrap,.hdr .hex{display:inline}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin-bottom:6px}.card{background:#fff;border:1px solid var(--line);
 padding:10px 16px;min-width:140px}.card .v{font-size:22px;font-weight:600}.card .k{color:var(--muted);font-size:12px}
 .muted{color:var(--muted)}.warn{color:var(--warn);font-weight:600}.ok{color:var(--ok)}.hex{color:#6b4fa3}
 .pager{margin:10px 0;display:flex;gap:14px;align-items:center}form.inline{display:inline-flex;gap:6px;align-items:center}
-input{font:inherit;padding:2px 6px;width:110px}code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
+input{font:inherit;padding:2px 6px}input[name=offset]{width:110px}code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12.5px}
 """
 
 
@@ -117,7 +118,7 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
     elapsed = max(time.time() - metrics.started, 1e-9)
     total = sum(stats.count for stats in metrics.requests.values())
     under = info["under_replicated_partitions"]
-    cards = "".join([
+    cards = "<div class=cards>" + "".join([
         card("brokers", str(len(info["brokers"])), "brokers-count"),
         card("topics", str(info["topic_count"]), "topics-count"),
         card("partitions", str(info["partition_count"]), "partitions-count"),
@@ -125,7 +126,7 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
         card("under-replicated", f'<span class={"warn" if under else "ok"}>{under}</span>', "under-replicated"),
         card("requests / s (average)", f"{total / elapsed:,.1f}", "request-rate"),
         card("uptime", duration(info["uptime_seconds"]), "uptime"),
-    ])
+    ]) + "</div>"
     broker_rows = [
         [str(b["id"]), esc(f'{b["host"]}:{b["port"]}'), esc(b["rack"] or "–"),
          "controller" if b["controller"] else "", "this broker" if b["this_broker"] else ""]
@@ -217,7 +218,7 @@ def messages_page(app: "HttpContext", request: Request, params: dict[str, str]) 
 
     rows = [
         [str(r["offset"]), esc(_timestamp(r["timestamp"])), _preview(r["key"]), _preview(r["value"]),
-         "<br>".join(f"{esc(h['key'])}: {_preview(h['value'])}" for h in r["headers"])]
+         "".join(f"<div class=hdr>{esc(h['key'])}: {_preview(h['value'])}</div>" for h in r["headers"])]
         for r in view["records"]
     ]
     partitions = " ".join(

@@ -9,7 +9,10 @@
    linger.ms=0: one Produce request each, where the per-request counting weighs most). For each
    phase: the medians of throughput or latency, and the broker process's CPU seconds per message
    or request (psutil), with the cost of metrics as on/off - 1. Target: <= 3 %.
-2. ``kafka_broker`` fixture start to first produce: in a fresh interpreter per sample (the pytest
+2. The same cost measured in-process, without the machine's noise: one broker's dispatch of
+   Produce requests (one 10-record batch each, acks=1) and Metadata requests, in alternating
+   blocks with its metrics enabled and disabled; the median time per request of each.
+3. ``kafka_broker`` fixture start to first produce: in a fresh interpreter per sample (the pytest
    plugin imported, as in a test session), the time from ``start_broker()`` to the first
    message's delivery report, with and without the broker's imports (a second broker in the same
    process). Target: <= 300 ms.
@@ -127,6 +130,70 @@ def _summary(values: dict[str, list[float]]) -> dict:
             "figure_change_pct": (medians["metrics-on figure"] / medians["metrics-off figure"] - 1) * 100}
 
 
+DISPATCH_BLOCK = 2000
+
+
+def dispatch_rounds(blocks: int) -> dict:
+    import trio
+
+    from kafkacompat.broker import Broker
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.http import HttpSettings
+    from kafkacompat.testing import fuzz
+    from kafkacompat.wire.frame import RequestHeader
+
+    async def main(data_dir: Path) -> dict:
+        broker = Broker(BrokerConfig.load(None, {}, port=0, data_dir=data_dir), http=HttpSettings())
+        broker.open()
+        broker.admin.create_topic_now("bench", 1, 1, {})
+        services = broker.services()
+        produce = fuzz.produce_body("bench", 0, fuzz.record_batch([b"v" * VALUE_SIZE] * 10), 9, acks=1)
+        metadata = fuzz.default_body(3, 12)
+        requests = {"Produce": (RequestHeader(0, 9, 1, "bench", True), produce),
+                    "Metadata": (RequestHeader(3, 12, 1, "bench", True), metadata)}
+        samples: dict[str, list[float]] = {}
+        for block in range(2 * blocks):
+            enabled = block % 2 == 0
+            services.metrics.enabled = enabled
+            for name, (header, body) in requests.items():
+                started = time.perf_counter()
+                for _ in range(DISPATCH_BLOCK):
+                    await broker.dispatch(header, memoryview(bytearray(body)), None)
+                per_request = (time.perf_counter() - started) / DISPATCH_BLOCK
+                samples.setdefault(f"{name} {'on' if enabled else 'off'}", []).append(per_request)
+        broker.close()
+        medians = {key: statistics.median(values) for key, values in samples.items()}
+        counting = {"Produce": counting_seconds(with_append=True), "Metadata": counting_seconds(with_append=False)}
+        return {name: {"on_us": medians[f"{name} on"] * 1e6, "off_us": medians[f"{name} off"] * 1e6,
+                       "cost_pct": (medians[f"{name} on"] / medians[f"{name} off"] - 1) * 100,
+                       "counting_us": counting[name] * 1e6,
+                       "counting_pct": counting[name] / medians[f"{name} off"] * 100}
+                for name in requests}
+
+    with tempfile.TemporaryDirectory() as temp:
+        return trio.run(main, Path(temp))
+
+
+def counting_seconds(*, with_append: bool) -> float:
+    """What metrics add to one request, timed alone (best of 5, as timeit): the two clock reads
+    and the histogram update of dispatch, and for a Produce the one partition's counters."""
+    import timeit
+
+    from kafkacompat.metrics import BrokerMetrics
+
+    metrics = BrokerMetrics()
+    clock = time.perf_counter
+
+    def one_request() -> None:
+        started = clock()
+        if with_append:
+            metrics.produced("bench", 10, 1100)
+        metrics.request_done(0, clock() - started)
+
+    loops = 200_000
+    return min(timeit.repeat(one_request, number=loops, repeat=5)) / loops
+
+
 def fixture_samples(count: int) -> dict:
     samples = []
     for _ in range(count):
@@ -143,11 +210,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=200_000, help="messages per produce/consume round")
     parser.add_argument("--requests", type=int, default=2_000, help="single-message deliveries per round")
     parser.add_argument("--repeat", type=int, default=4, help="rounds per broker (alternating)")
+    parser.add_argument("--dispatch-blocks", type=int, default=15,
+                        help=f"blocks of {DISPATCH_BLOCK} requests per setting in the in-process phase")
     parser.add_argument("--fixture-samples", type=int, default=5, help="fresh interpreters timed")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     started = time.monotonic()
-    results = {"metrics": metrics_rounds(args), "fixture": fixture_samples(args.fixture_samples),
+    results = {"metrics": metrics_rounds(args), "dispatch": dispatch_rounds(args.dispatch_blocks),
+               "fixture": fixture_samples(args.fixture_samples),
                "args": vars(args), "seconds": time.monotonic() - started}
     if args.json:
         print(json.dumps(results, indent=1))
@@ -159,6 +229,11 @@ def main() -> None:
         print(f"{phase:<10} {row['metrics-on figure']:>10,.0f} {units[phase]:<3} {row['metrics-off figure']:>10,.0f}"
               f"     {row['figure_change_pct']:>+7.1f}% {row['metrics-on cpu'] * 1e6:>17.2f} us "
               f"{row['metrics-off cpu'] * 1e6:>7.2f} us {row['cpu_cost_pct']:>+8.1f}%")
+    print("\nin-process dispatch, median per request (metrics enabled / disabled):")
+    for name, row in results["dispatch"].items():
+        print(f"  {name:<9} {row['on_us']:7.2f} us / {row['off_us']:7.2f} us  cost {row['cost_pct']:+.1f}%; "
+              f"the counting itself, timed alone: {row['counting_us']:.2f} us = {row['counting_pct']:.1f}% of the "
+              f"request")
     fixture = results["fixture"]
     print(f"\nkafka_broker fixture, start to first produce (median of {args.fixture_samples} fresh interpreters):")
     print(f"  first broker in the process (imports included): ready {fixture['cold_ready'] * 1000:.0f} ms, "

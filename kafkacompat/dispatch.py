@@ -3,7 +3,7 @@ encode and frame the response."""
 
 from __future__ import annotations
 
-import time
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from kafkacompat.faults import apply_fault
@@ -59,7 +59,7 @@ async def dispatch(
     except ValueError as exc:
         raise ProtocolViolation(f"malformed {api_name(header.api_key)} v{version} request: {exc}") from exc
     metrics = services.metrics
-    started = time.perf_counter() if metrics.enabled else 0.0
+    started = perf_counter() if metrics.enabled else 0.0
     faults = services.faults
     fault = faults.take(header, request, services.metadata) if faults.active else None
     if fault is not None:
@@ -69,7 +69,7 @@ async def dispatch(
     else:
         response = await handler.fn(request, RequestContext(services, header, connection))
     if metrics.enabled:
-        metrics.request_done(header.api_key, time.perf_counter() - started)
+        metrics.request_done(header.api_key, perf_counter() - started)
     if response is None:
         return None
     encoded = handler.encode(response, version)

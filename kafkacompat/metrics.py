@@ -18,14 +18,17 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 
 
 class RequestStats:
-    """One API's request count and duration histogram (bucket counts are not cumulative)."""
+    """One API's duration histogram (bucket counts are not cumulative) and their sum."""
 
-    __slots__ = ("count", "seconds", "buckets")
+    __slots__ = ("seconds", "buckets")
 
     def __init__(self) -> None:
-        self.count = 0
         self.seconds = 0.0
         self.buckets = [0] * (len(DURATION_BUCKETS) + 1)  # the last one is +Inf
+
+    @property
+    def count(self) -> int:
+        return sum(self.buckets)
 
 
 class TopicStats:
@@ -45,10 +48,10 @@ class BrokerMetrics:
         self.topics: dict[str, TopicStats] = {}
 
     def request_done(self, api_key: int, seconds: float) -> None:
-        stats = self.requests.get(api_key)
-        if stats is None:
+        try:
+            stats = self.requests[api_key]
+        except KeyError:
             stats = self.requests[api_key] = RequestStats()
-        stats.count += 1
         stats.seconds += seconds
         stats.buckets[bisect_left(DURATION_BUCKETS, seconds)] += 1
 
@@ -60,7 +63,10 @@ class BrokerMetrics:
 
     def produced(self, topic: str, messages: int, size: int) -> None:
         if self.enabled:
-            stats = self._topic(topic)
+            try:
+                stats = self.topics[topic]
+            except KeyError:
+                stats = self._topic(topic)
             stats.messages_in += messages
             stats.bytes_in += size
 

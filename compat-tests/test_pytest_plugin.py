@@ -118,3 +118,10 @@ def test_dev_cluster_brokers_stop_start_and_elect_through_the_http_api(kafka_clu
     _wait_for(lambda: 1 not in kafka_cluster.brokers, "broker 1 stopped")
     assert {b["id"]: b["running"] for b in http_request("GET", f"{urls[0]}/v1/brokers").json()}[1] is False
     assert http_request("POST", f"{urls[0]}/v1/brokers/1/start").status == 200
+
+
+def test_the_readme_example(kafka_broker):
+    kafka_broker.inject_fault(api="Produce", error="NOT_LEADER_OR_FOLLOWER", count=2)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    producer.produce("orders", b"v")
+    assert producer.flush(10) == 0  # retried past the injected errors, written once

@@ -266,3 +266,22 @@ def test_no_http_serves_no_http(tmp_path):
         assert "HTTP console" not in broker.output()
     finally:
         broker.kill()
+
+
+def test_keep_alive_and_head(served):
+    import http.client
+
+    _, base = served
+    connection = http.client.HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]), timeout=10)
+    try:
+        for path in ("/v1/brokers", "/topics", "/v1/nowhere"):
+            connection.request("GET", path)
+            answer = connection.getresponse()
+            assert answer.status == (404 if path == "/v1/nowhere" else 200) and answer.read()
+        connection.request("HEAD", "/metrics")
+        answer = connection.getresponse()
+        assert answer.status == 200 and int(answer.getheader("Content-Length")) > 0 and answer.read() == b""
+        connection.request("GET", f"/topics/{TOPIC}")  # the connection still serves after a HEAD
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()

@@ -92,7 +92,7 @@ async def _serve_connection(handle: Handle, stream: trio.abc.Stream) -> None:
                 await _send(connection, stream, request, close=True)
                 return
             response = await _answer(handle, request)
-            await _send(connection, stream, response, close=False)
+            await _send(connection, stream, response, close=False, head=request.method == "HEAD")
             if connection.our_state is h11.MUST_CLOSE or connection.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -165,14 +165,16 @@ def _text(status: int, message: str) -> Response:
     return Response(status, message.encode())
 
 
-async def _send(connection: h11.Connection, stream: trio.abc.Stream, response: Response, *, close: bool) -> None:
+async def _send(connection: h11.Connection, stream: trio.abc.Stream, response: Response, *, close: bool,
+                head: bool = False) -> None:
     headers = [("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
                ("Cache-Control", "no-store"), *response.headers]
     if close:
         headers.append(("Connection", "close"))
     try:
         data = connection.send(h11.Response(status_code=response.status, headers=headers))
-        data += connection.send(h11.Data(data=response.body))
+        if not head:
+            data += connection.send(h11.Data(data=response.body))
         data += connection.send(h11.EndOfMessage())
     except h11.LocalProtocolError:
         return

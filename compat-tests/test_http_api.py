@@ -285,3 +285,17 @@ def test_keep_alive_and_head(served):
         assert connection.getresponse().status == 200
     finally:
         connection.close()
+
+
+def test_changes_from_another_sites_page_are_refused(served):
+    _, base = served
+    host = base.removeprefix("http://")
+    evil = http_request("POST", base + "/v1/faults", {"api": "Produce", "error": 6},
+                        headers={"Origin": "http://evil.example"})
+    assert evil.status == 403 and "another origin" in evil.json()["error"]
+    assert http_request("GET", base + "/v1/faults").json() == []
+    own = http_request("POST", base + "/v1/faults", {"api": "Produce", "delay_ms": 1, "topic": "nope"},
+                       headers={"Origin": f"http://{host}"})
+    assert own.status == 201
+    assert http_request("DELETE", base + "/v1/faults").status == 200
+

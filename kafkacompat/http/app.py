@@ -6,7 +6,7 @@ in console.NAV)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Awaitable
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from kafkacompat.http import api, console, metrics
 from kafkacompat.http.routing import ClusterControl, Route
@@ -25,6 +25,8 @@ class App:
         self.routes: list[Route] = [r for module in ROUTE_MODULES for r in module.ROUTES]
 
     def handle(self, request: Request) -> "Response | Awaitable[Response]":
+        if request.method not in ("GET", "HEAD"):
+            _refuse_other_origins(request)
         allowed = []
         for candidate in self.routes:
             match = candidate.pattern.match(request.path)
@@ -38,3 +40,13 @@ class App:
             raise HttpError(405, f"{request.method} is not allowed on {request.path}; "
                                  f"use {', '.join(sorted(set(allowed)))}")
         raise HttpError(404, f"no page or API at {request.path}; the API is under /v1 (see README)")
+
+
+def _refuse_other_origins(request: Request) -> None:
+    """A web page of another site must not change the broker (faults, broker stop) through the
+    visitor's browser: browsers name the page's origin on such requests; curl and clients don't."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return
+    if origin == "null" or urlsplit(origin).netloc != request.headers.get("host"):
+        raise HttpError(403, f"{request.method} from the web page of another origin ({origin}) is refused")

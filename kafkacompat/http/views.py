@@ -84,14 +84,13 @@ def partition_view(services: "Services", topic: str, index: int) -> dict[str, An
         "log_start_offset": None, "high_watermark": None, "last_stable_offset": None,
         "log_end_offset": None, "size_bytes": None, "segments": None,
     }
-    if local is not None and (state is None or local.is_leader or state.leader < 0):
+    if local is not None:  # hosted here: the leader's figures, or this follower's (its HW may trail)
         log = local.log
         view.update(log_start_offset=local.log_start_offset, high_watermark=local.high_watermark,
                     last_stable_offset=local.last_stable_offset, log_end_offset=local.log_end_offset,
                     size_bytes=log.size_bytes, segments=log.segment_count)
         if state is None:
-            view["replicas"] = list(getattr(local, "replicas", None) or [local.leader_id])
-            view["isr"] = list(getattr(local, "isr", None) or [local.leader_id])
+            view["replicas"], view["isr"] = list(local.replicas), list(local.isr)
     view["under_replicated"] = len(view["isr"]) < len(view["replicas"])
     return view
 

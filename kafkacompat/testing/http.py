@@ -23,10 +23,11 @@ class HttpAnswer:
 
 
 def http_request(method: str, url: str, body: Any = None, *, raw: bytes | None = None,
-                 timeout: float = 30.0) -> HttpAnswer:
+                 headers: dict[str, str] | None = None, timeout: float = 30.0) -> HttpAnswer:
     """Any status is returned (4xx, 5xx included); only a failure to connect raises."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return HttpAnswer(response.status, response.read(), response.headers.get("Content-Type", ""))

@@ -36,9 +36,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 def console(tmp_path_factory):
     http_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("console"), extra_args=["--http-port", str(http_port)]).start()
-    while "HTTP console" not in broker.output():
-        assert broker.proc.poll() is None, broker.output()
-        time.sleep(0.02)
+    broker.wait_for_output("HTTP console")
     consumer = _traffic(broker.bootstrap)
     yield broker, f"http://127.0.0.1:{http_port}"
     consumer.close()

@@ -28,7 +28,7 @@ def served(tmp_path_factory):
     http_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("http-api"), extra_args=["--http-port", str(http_port)]).start()
     base = f"http://127.0.0.1:{http_port}"
-    _wait_for_http(broker, base)
+    broker.wait_for_output("HTTP console")
     consumer = _produce_and_consume(broker.bootstrap)
     yield broker, base
     consumer.close()
@@ -36,9 +36,7 @@ def served(tmp_path_factory):
 
 
 def _wait_for_http(broker: BrokerProcess, base: str) -> None:
-    while "HTTP console" not in broker.output():
-        assert broker.proc.poll() is None, broker.output()
-        time.sleep(0.02)
+    broker.wait_for_output("HTTP console")
 
 
 def _produce_and_consume(bootstrap: str) -> confluent_kafka.Consumer:
@@ -243,10 +241,7 @@ def test_an_http_port_in_use_is_a_warning_and_kafka_serves(tmp_path):
         port = taken.getsockname()[1]
         broker = BrokerProcess(tmp_path / "data", extra_args=["--http-port", str(port)]).start()
         try:
-            while "HTTP port" not in broker.output():
-                assert broker.proc.poll() is None, broker.output()
-                time.sleep(0.02)
-            assert f"WARNING kafkacompat.http: HTTP port 127.0.0.1:{port} is in use" in broker.output()
+            broker.wait_for_output(f"WARNING kafkacompat.http: HTTP port 127.0.0.1:{port} is in use")
             producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
             producer.produce("after-warning", value=b"v")
             assert producer.flush(30) == 0

@@ -31,9 +31,7 @@ DELAY_MS = 400
 def served(tmp_path_factory):
     http_port = free_port()
     broker = BrokerProcess(tmp_path_factory.mktemp("http-faults"), extra_args=["--http-port", str(http_port)]).start()
-    while "HTTP console" not in broker.output():
-        assert broker.proc.poll() is None, broker.output()
-        time.sleep(0.02)
+    broker.wait_for_output("HTTP console")
     yield broker, f"127.0.0.1:{http_port}"
     broker.kill()
 
@@ -169,7 +167,7 @@ def test_a_closed_connection_is_reconnected(served, topic, client):
     assert stored_values(broker.bootstrap, topic) == [f"{prefix}-{i}".encode() for i in range(MESSAGES)]
     [fault] = faults(http)
     assert fault["matched"] == 1
-    assert f"fault {fault['id']} closes the connection of this Produce request" in broker.output()
+    broker.wait_for_output(f"fault {fault['id']} closes the connection of this Produce request")
 
 
 def test_a_consumer_reads_everything_through_injected_fetch_errors(served, topic):

@@ -236,6 +236,8 @@ def run_dev_cluster(args: argparse.Namespace) -> None:
                 progress.done()
                 print(f"dev-cluster: {args.brokers} broker(s) ready; bootstrap servers: {cluster.bootstrap()}",
                       flush=True)
+                for broker in cluster.brokers.values():
+                    await broker.http_ready.wait()  # after the Kafka listeners: HTTP never delays them
                 if cluster.http_summary():
                     print(f"dev-cluster: consoles: {cluster.http_summary()}", flush=True)
                 async for _ in signals:

@@ -204,5 +204,11 @@ def test_pages_work_without_javascript(console):
         driver.get(f"{base}/topics/{TOPIC}/messages?partition=0&offset=3&limit=2")
         driver.find_element(By.ID, "newer").click()
         assert [row[0] for row in cells(driver, "messages")] == ["5", "6"]
+        driver.find_element(By.ID, "refresh").click()  # a meta refresh: reloads without JavaScript
+        assert driver.current_url == f"{base}/topics/{TOPIC}/messages?partition=0&offset=5&limit=2&refresh=1"
+        assert driver.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh][content='5']")
+        driver.find_element(By.ID, "refresh").click()
+        assert driver.current_url == f"{base}/topics/{TOPIC}/messages?partition=0&offset=5&limit=2"
+        assert not driver.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]")
     finally:
         driver.quit()

@@ -23,7 +23,7 @@ STYLE = """
 *{box-sizing:border-box}body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;
 color:var(--fg);background:var(--bg)}header{background:#141b26;color:#fff;padding:0 20px;display:flex;
 align-items:center;gap:22px;height:46px}header b{font-size:15px;letter-spacing:.3px}header a{color:#c9d4e6;
-text-decoration:none}header a.on,header a:hover{color:#fff}header .id{margin-left:auto;color:#8b97ab;font-size:12px}
+text-decoration:none}header a.on,header a:hover{color:#fff}header .id{margin-left:auto;color:#8b97ab;font-size:12px}header .id a{color:#8b97ab}
 main{padding:18px 20px;max-width:1400px}h1{font-size:19px;margin:4px 0 14px}h2{font-size:15px;margin:22px 0 8px}
 a{color:var(--accent)}table{border-collapse:collapse;width:100%;background:#fff;border:1px solid var(--line)}
 th,td{padding:5px 10px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top;white-space:nowrap}
@@ -55,13 +55,24 @@ def group_path(group_id: str) -> str:
     return "/groups/" + quote(group_id, safe="")
 
 
-def page(app: "HttpContext", title: str, body: str, *, active: str = "") -> Response:
+REFRESH_SECONDS = 5
+
+
+def page(app: "HttpContext", request: Request, title: str, body: str, *, active: str = "") -> Response:
+    """The page in the console's frame; with ``?refresh=1`` the browser reloads it every
+    REFRESH_SECONDS (a meta refresh: no JavaScript needed)."""
     metadata = app.services.metadata
     nav = "".join(f'<a href="{path}"{" class=on" if path == active else ""}>{name}</a>' for name, path in NAV)
+    refreshing = request.arg("refresh") == "1"
+    query = {key: values[-1] for key, values in request.query.items() if key != "refresh"}
+    toggle_query = urlencode(query if refreshing else {**query, "refresh": "1"})
+    toggle = (f'<a id=refresh href="{esc(request.path)}{"?" + esc(toggle_query) if toggle_query else ""}">'
+              f'{"stop refreshing" if refreshing else f"refresh every {REFRESH_SECONDS} s"}</a>')
+    meta = f"<meta http-equiv=refresh content={REFRESH_SECONDS}>" if refreshing else ""
     document = (
-        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)} · kafkacompat</title>"
+        f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{esc(title)} · kafkacompat</title>{meta}"
         f"<meta name=viewport content='width=device-width,initial-scale=1'><style>{STYLE}</style></head><body>"
-        f"<header><b>kafkacompat</b>{nav}<span class=id>broker {metadata.node_id} · cluster "
+        f"<header><b>kafkacompat</b>{nav}<span class=id>{toggle} · broker {metadata.node_id} · cluster "
         f"{esc(metadata.cluster_id)}</span></header><main>{body}</main></body></html>"
     )
     return Response(200, document.encode(), "text/html; charset=utf-8")
@@ -142,7 +153,7 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
         f"<h2>Brokers</h2>{table(['Id', 'Address', 'Rack', '', ''], broker_rows, table_id='brokers')}"
         f"<h2>Requests</h2>{table(['API', 'Requests', 'Mean ms'], request_rows, (1, 2), table_id='requests')}"
     )
-    return page(app, "Overview", body, active="/")
+    return page(app, request, "Overview", body, active="/")
 
 
 def _named_requests(metrics) -> list:
@@ -165,7 +176,7 @@ def topics_page(app: "HttpContext", request: Request, params: dict[str, str]) ->
     body = (f"<h1>Topics <span class=muted>({len(listed)})</span></h1><p>{toggle}</p>"
             + table(["Topic", "Partitions", "Replicas", "Messages", "Size", "Under-replicated"], rows,
                     (1, 2, 3, 4, 5), table_id="topics"))
-    return page(app, "Topics", body, active="/topics")
+    return page(app, request, "Topics", body, active="/topics")
 
 
 def topic_page(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
@@ -192,7 +203,7 @@ def topic_page(app: "HttpContext", request: Request, params: dict[str, str]) -> 
                  "Log end", "Size", "Segments"], rows, (0, 1, 4, 5, 6, 7, 8, 9), table_id="partitions")
         + f"<h2>Configs overridden</h2>{configs}"
     )
-    return page(app, f"Topic {name}", body, active="/topics")
+    return page(app, request, f"Topic {name}", body, active="/topics")
 
 
 def messages_page(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
@@ -236,7 +247,7 @@ def messages_page(app: "HttpContext", request: Request, params: dict[str, str]) 
         + (table(["Offset", "Timestamp", "Key", "Value", "Headers"], rows, (0,), table_id="messages") if rows
            else "<p class=muted>No messages here.</p>")
     )
-    return page(app, f"{name} messages", body, active="/topics")
+    return page(app, request, f"{name} messages", body, active="/topics")
 
 
 def _timestamp(ms: int) -> str:
@@ -268,7 +279,7 @@ def groups_page(app: "HttpContext", request: Request, params: dict[str, str]) ->
     body = (f"<h1>Consumer groups <span class=muted>({len(listed)})</span></h1>"
             + table(["Group", "State", "Type", "Protocol", "Members", "Partitions", "Lag"], rows, (4, 5, 6),
                     table_id="groups"))
-    return page(app, "Groups", body, active="/groups")
+    return page(app, request, "Groups", body, active="/groups")
 
 
 def group_page(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
@@ -278,7 +289,7 @@ def group_page(app: "HttpContext", request: Request, params: dict[str, str]) -> 
         raise HttpError(404, f"no group {group_id!r}")
     if detail.get("coordinator_elsewhere"):
         body = f"<h1>Group <code>{esc(group_id)}</code></h1><p>Another broker coordinates this group; open its console.</p>"
-        return page(app, f"Group {group_id}", body, active="/groups")
+        return page(app, request, f"Group {group_id}", body, active="/groups")
     member_rows = [
         [esc(m["client_id"]), esc(m["client_host"]), f"<code>{esc(m['member_id'])}</code>",
          esc(m["group_instance_id"] or "–"), _assignment(m["assignment"])]
@@ -304,7 +315,7 @@ def group_page(app: "HttpContext", request: Request, params: dict[str, str]) -> 
         + (table(["Topic", "Partition", "Committed", "High watermark", "Lag"], offset_rows, (1, 2, 3, 4),
                  table_id="offsets") if offset_rows else "<p class=muted>No committed offsets.</p>")
     )
-    return page(app, f"Group {group_id}", body, active="/groups")
+    return page(app, request, f"Group {group_id}", body, active="/groups")
 
 
 def _assignment(assignment: dict[str, list[int]] | None) -> str:

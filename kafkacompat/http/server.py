@@ -5,6 +5,7 @@ a port already in use is a warning (many brokers run side by side in tests), nev
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import logging
 from dataclasses import dataclass, field
@@ -20,7 +21,6 @@ MAX_BODY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 16 * 1024
 IDLE_TIMEOUT_S = 60
 RECEIVE_SIZE = 16 * 1024
-LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(slots=True)
@@ -59,7 +59,7 @@ Handle = Callable[["Request"], "Response | Awaitable[Response]"]
 async def serve_http(handle: Handle, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``handle`` on host:port until cancelled. Reports the bound port (None when the port
     could not be bound: that is logged and the broker runs on without HTTP)."""
-    if host not in LOOPBACK_HOSTS:
+    if not _is_loopback(host):
         log.warning("The HTTP console and API on %s:%d have no authentication and are reachable from other "
                     "machines; use --http-host 127.0.0.1 unless that is intended", host, port)
     try:
@@ -74,6 +74,15 @@ async def serve_http(handle: Handle, host: str, port: int, *, task_status=trio.T
     log.info("HTTP console, /metrics and /v1 API on http://%s:%d/", _url_host(host), bound)
     task_status.started(bound)
     await trio.serve_listeners(lambda stream: _serve_connection(handle, stream), listeners)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: say so, it may resolve to anything
+        return False
 
 
 def _url_host(host: str) -> str:

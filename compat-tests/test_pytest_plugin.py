@@ -125,3 +125,33 @@ def test_the_readme_example(kafka_broker):
     producer = confluent_kafka.Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
     producer.produce("orders", b"v")
     assert producer.flush(10) == 0  # retried past the injected errors, written once
+
+
+PROJECT_TESTS = '''
+import confluent_kafka
+
+def test_one(kafka_broker):
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_broker.bootstrap_servers})
+    producer.produce("t", b"v")
+    assert producer.flush(30) == 0
+    print("BROKER", kafka_broker.bootstrap_servers)
+
+def test_two(kafka_broker):
+    print("BROKER", kafka_broker.bootstrap_servers)
+'''
+
+
+def test_a_project_gets_the_fixtures_from_the_installed_plugin(tmp_path):
+    """A fresh pytest process in a directory of its own (no conftest, no ini): the entry point
+    alone provides kafka_broker, started once for the session."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_project.py").write_text(PROJECT_TESTS)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_project.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    import re
+
+    brokers = re.findall(r"BROKER (\S+)", done.stdout)
+    assert len(brokers) == 2 and len(set(brokers)) == 1 and "2 passed" in done.stdout

@@ -294,3 +294,35 @@ def test_changes_from_another_sites_page_are_refused(served):
     assert own.status == 201
     assert http_request("DELETE", base + "/v1/faults").status == 200
 
+
+
+def test_http_connections_are_capped_and_kafka_keeps_serving(served):
+    from kafkacompat.http.server import MAX_CONNECTIONS
+
+    broker, base = served
+    port = int(base.rsplit(":", 1)[1])
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+            try:
+                extra.sendall(b"GET /v1/brokers HTTP/1.1\r\nHost: x\r\n\r\n")
+                reply = extra.recv(100)
+            except ConnectionResetError:  # closed before it read the request
+                reply = b""
+            assert reply == b""  # closed unanswered
+        producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap})
+        producer.produce(TOPIC, value=b"beside a full HTTP listener", partition=2)
+        assert producer.flush(30) == 0
+    finally:
+        for sock in idle:
+            sock.close()
+    deadline = time.monotonic() + 30
+    while True:  # the slots come back as the server sees the idle connections close
+        try:
+            answer = http_request("GET", base + "/v1/brokers")
+            if answer.status == 200:
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the HTTP listener never served again"
+        time.sleep(0.05)

@@ -20,6 +20,7 @@ log = logging.getLogger("kafkacompat.http")
 MAX_BODY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 16 * 1024
 IDLE_TIMEOUT_S = 60
+MAX_CONNECTIONS = 64  # more are closed at once: HTTP must not eat the descriptors Kafka clients need
 RECEIVE_SIZE = 16 * 1024
 
 
@@ -73,7 +74,19 @@ async def serve_http(handle: Handle, host: str, port: int, *, task_status=trio.T
     bound = listeners[0].socket.getsockname()[1]
     log.info("HTTP console, /metrics and /v1 API on http://%s:%d/", _url_host(host), bound)
     task_status.started(bound)
-    await trio.serve_listeners(lambda stream: _serve_connection(handle, stream), listeners)
+    open_connections = [0]
+
+    async def serve_one(stream: trio.abc.Stream) -> None:
+        if open_connections[0] >= MAX_CONNECTIONS:
+            await stream.aclose()
+            return
+        open_connections[0] += 1
+        try:
+            await _serve_connection(handle, stream)
+        finally:
+            open_connections[0] -= 1
+
+    await trio.serve_listeners(serve_one, listeners)
 
 
 def _is_loopback(host: str) -> bool:

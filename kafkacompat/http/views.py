@@ -212,7 +212,7 @@ def messages(services: "Services", topic: str, partition: int, offset: int | Non
         if not data:
             break
         before = position
-        for header in iter_batches(data):
+        for header in _batches(iter_batches, data):
             if len(records) >= limit:
                 break
             if not header.is_control:
@@ -230,6 +230,17 @@ def messages(services: "Services", topic: str, partition: int, offset: int | Non
     return {"topic": topic, "partition": partition, "offset": offset, "log_start_offset": start,
             "high_watermark": end, "limit": limit, "next_offset": position if position < end else None,
             "previous_offset": max(start, offset - limit) if offset > start else None, "records": records}
+
+
+def _batches(iter_batches, data: bytes) -> list:
+    """The batches' headers up to the first that does not parse (the console shows what it can)."""
+    headers = []
+    try:
+        for header in iter_batches(data):
+            headers.append(header)
+    except (ValueError, IndexError, struct.error):
+        pass
+    return headers
 
 
 def _batch_records(iter_records, data: bytes, header) -> list:

@@ -273,6 +273,7 @@ def _add_fault_command(commands: argparse._SubParsersAction) -> None:
     for action, run in ((add, run_fault_add), (listing, run_fault_list), (clear, run_fault_clear)):
         action.add_argument("--http", required=True, metavar="HOST:PORT", help="the broker's HTTP address")
         action.set_defaults(run_command=run)
+    fault.set_defaults(run_command=lambda args: fault.print_help())
 
 
 def run_fault_add(args: argparse.Namespace) -> None:

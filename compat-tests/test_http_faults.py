@@ -170,11 +170,31 @@ def test_a_closed_connection_is_reconnected(served, topic, client):
     broker.wait_for_output(f"fault {fault['id']} closes the connection of this Produce request")
 
 
-def test_a_consumer_reads_everything_through_injected_fetch_errors(served, topic):
+def read_with_kafka_python(bootstrap: str, topic: str) -> list[bytes]:
+    """kafka-python 3 consumes with fetch sessions (KIP-227): an injected error must not wedge one."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    try:
+        partition = kafka.TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek_to_beginning(partition)
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < MESSAGES:
+            assert time.monotonic() < deadline, f"read {len(values)} of {MESSAGES}"
+            for records in consumer.poll(timeout_ms=500).values():
+                values.extend(record.value for record in records)
+        return values
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("reader", ["confluent", "kafka-python"])
+def test_a_consumer_reads_everything_through_injected_fetch_errors(served, topic, reader):
     broker, http = served
     send_confluent(broker.bootstrap, topic)
     inject("http", http, api="Fetch", error="NOT_LEADER_OR_FOLLOWER", count=2, topic=topic)
-    assert stored_values(broker.bootstrap, topic) == [f"confluent-{i}".encode() for i in range(MESSAGES)]
+    read = stored_values if reader == "confluent" else read_with_kafka_python
+    assert read(broker.bootstrap, topic) == [f"confluent-{i}".encode() for i in range(MESSAGES)]
     assert faults(http)[0]["matched"] == 2
 
 

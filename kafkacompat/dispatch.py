@@ -19,7 +19,8 @@ from kafkacompat.wire.frame import (
 )
 
 if TYPE_CHECKING:
-    from kafkacompat.handlers.registry import Services
+    from kafkacompat.faults import Fault
+    from kafkacompat.handlers.registry import Handler, Services
     from kafkacompat.server import Connection
 
 _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version_response)
@@ -62,18 +63,25 @@ async def dispatch(
     started = perf_counter() if metrics.enabled else 0.0
     faults = services.faults
     fault = faults.take(header, request, services.metadata) if faults.active else None
-    if fault is not None:
-        answered, response = await apply_fault(fault, header.api_key, version, request, handler.error_response)
-        if not answered:
-            response = await handler.fn(request, RequestContext(services, header, connection))
-    else:
+    if fault is None:
         response = await handler.fn(request, RequestContext(services, header, connection))
+    else:
+        response = await _run_with_fault(fault, handler, request, RequestContext(services, header, connection))
     if metrics.enabled:
         metrics.request_done(header.api_key, perf_counter() - started)
     if response is None:
         return None
     encoded = handler.encode(response, version)
     return _frame(response_header(header.correlation_id, header.api_key, version), encoded)
+
+
+async def _run_with_fault(fault: "Fault", handler: "Handler", request, context) -> object:
+    """The injected delay or closed connection, then the injected error's response (the request
+    is not applied) or, without an error, the handler's."""
+    answered, response = await apply_fault(fault, handler.api_key, context.version, request, handler.error_response)
+    if answered:
+        return response
+    return await handler.fn(request, context)
 
 
 def _frame(header: bytes, encoded: "bytes | list[Chunk]") -> list[Chunk]:

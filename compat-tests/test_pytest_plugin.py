@@ -155,3 +155,30 @@ def test_a_project_gets_the_fixtures_from_the_installed_plugin(tmp_path):
 
     brokers = re.findall(r"BROKER (\S+)", done.stdout)
     assert len(brokers) == 2 and len(set(brokers)) == 1 and "2 passed" in done.stdout
+
+
+def test_each_broker_shows_the_groups_it_coordinates_and_names_the_coordinator_of_others(kafka_cluster):
+    topic = f"plugin-{uuid.uuid4().hex[:8]}"
+    group = f"group-{uuid.uuid4().hex[:8]}"
+    _produce(kafka_cluster.bootstrap_servers, topic, [b"g"])
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": group,
+                                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe([topic])
+        message = None
+        while message is None or message.error() is not None:
+            message = consumer.poll(30)
+            assert message is not None, "nothing consumed"
+        consumer.commit(asynchronous=False)
+        listed = {broker_id: [g["group_id"] for g in http_request("GET", f"{url}/v1/groups").json()]
+                  for broker_id, url in kafka_cluster.http_urls.items()}
+        [coordinator] = [broker_id for broker_id, groups in listed.items() if group in groups]
+        detail = http_request("GET", f"{kafka_cluster.http_urls[coordinator]}/v1/groups/{group}").json()
+        assert [(o["topic"], o["committed_offset"], o["lag"]) for o in detail["offsets"]] == [(topic, 1, 0)]
+        for broker_id, url in kafka_cluster.http_urls.items():
+            if broker_id != coordinator:
+                answer = http_request("GET", f"{url}/v1/groups/{group}")
+                assert answer.status == 421
+                assert answer.json()["error"].startswith(f"broker {coordinator} coordinates group")
+    finally:
+        consumer.close()

@@ -61,6 +61,9 @@ def get_group(app: "HttpContext", request: Request, params: dict[str, str]) -> R
     detail = views.group_detail(app.services, params["group_id"])
     if detail is None:
         raise HttpError(404, f"no group {params['group_id']!r}")
+    if detail.get("coordinator_elsewhere"):
+        raise HttpError(421, f"broker {detail['coordinator']} coordinates group {params['group_id']!r}; "
+                             f"ask its API")
     return json_response(detail)
 
 

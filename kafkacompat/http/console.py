@@ -288,7 +288,8 @@ def group_page(app: "HttpContext", request: Request, params: dict[str, str]) -> 
     if detail is None:
         raise HttpError(404, f"no group {group_id!r}")
     if detail.get("coordinator_elsewhere"):
-        body = f"<h1>Group <code>{esc(group_id)}</code></h1><p>Another broker coordinates this group; open its console.</p>"
+        body = (f"<h1>Group <code>{esc(group_id)}</code></h1><p>Broker {detail['coordinator']} coordinates this "
+                f"group (it leads the group's __consumer_offsets partition); open that broker's console.</p>")
         return page(app, request, f"Group {group_id}", body, active="/groups")
     member_rows = [
         [esc(m["client_id"]), esc(m["client_host"]), f"<code>{esc(m['member_id'])}</code>",

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat import __version__
+from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.wire.errors import ErrorCode
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def groups(services: "Services") -> list[dict[str, Any]]:
 def group_detail(services: "Services", group_id: str) -> dict[str, Any] | None:
     error, group = services.groups.describe_group(group_id)
     if error == ErrorCode.NOT_COORDINATOR:
-        return {"group_id": group_id, "coordinator_elsewhere": True}
+        return {"group_id": group_id, "coordinator_elsewhere": True, "coordinator": coordinator_of(services, group_id)}
     if error or group is None or group.state.value == "Dead":
         return None
     members = []
@@ -143,6 +144,12 @@ def group_detail(services: "Services", group_id: str) -> dict[str, Any] | None:
         "protocol": group.protocol_name or "", "generation": group.generation_id, "leader": group.leader_id,
         "members": members, "offsets": group_offsets(services, group_id),
     }
+
+
+def coordinator_of(services: "Services", group_id: str) -> int:
+    """The broker leading the group's __consumer_offsets partition (-1: none now)."""
+    state = services.metadata.partition_state(OFFSETS_TOPIC, services.groups.partition_for(group_id))
+    return state.leader if state is not None else -1
 
 
 def group_offsets(services: "Services", group_id: str) -> list[dict[str, Any]]:

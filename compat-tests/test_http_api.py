@@ -128,8 +128,11 @@ def test_messages_with_keys_headers_and_paging(served):
 def _samples(base: str) -> dict[tuple[str, tuple], float]:
     answer = http_request("GET", base + "/metrics")
     assert answer.status == 200 and answer.content_type.startswith("text/plain; version=0.0.4")
+    families = list(text_string_to_metric_families(answer.text))
+    untyped = [family.name for family in families if family.type not in ("counter", "gauge", "histogram")]
+    assert untyped == []  # every sample belongs to the family its TYPE line declares
     return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(answer.text) for sample in family.samples}
+            for family in families for sample in family.samples}
 
 
 def test_metrics_parse_and_count_traffic(served):

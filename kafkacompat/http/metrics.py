@@ -55,9 +55,7 @@ def _topic_counters(lines: list[str], services: "Services") -> None:
         ("kafka_server_brokertopicmetrics_bytesin_total", "bytes_in", "Record bytes appended by producers"),
         ("kafka_server_brokertopicmetrics_bytesout_total", "bytes_out", "Record bytes sent to consumers"),
     ):
-        # the JMX exporter names a counter family without _total in HELP/TYPE
-        family = name[: -len("_total")]
-        _family(lines, family, "counter", help_text)
+        _family(lines, name, "counter", help_text)
         lines.append(f"{name} {sum(getattr(stats, attribute) for _, stats in topics)}")
         for topic, stats in topics:
             lines.append(f"{name}{_labels(topic=topic)} {getattr(stats, attribute)}")
@@ -65,7 +63,7 @@ def _topic_counters(lines: list[str], services: "Services") -> None:
 
 def _request_metrics(lines: list[str], services: "Services") -> None:
     requests = sorted((api_name(key), stats) for key, stats in services.metrics.requests.items())
-    _family(lines, "kafka_network_requestmetrics_requests", "counter", "Requests handled, by API")
+    _family(lines, "kafka_network_requestmetrics_requests_total", "counter", "Requests handled, by API")
     for name, stats in requests:
         lines.append(f"kafka_network_requestmetrics_requests_total{_labels(request=name)} {stats.count}")
     _family(lines, "kafkacompat_request_duration_seconds", "histogram",

@@ -139,8 +139,10 @@ class InProcessCluster:
             await done.wait()
 
     async def restart_broker(self, broker_id: int) -> None:
+        """Start a stopped broker again on its ports, answered once its HTTP side is up too."""
         port, rack, http = self._started_as[broker_id]
-        await self.start_broker(broker_id, port, rack, http=http)
+        broker = await self.start_broker(broker_id, port, rack, http=http)
+        await broker.http_ready.wait()
 
 
 async def run_dev_cluster(count: int, first_port: int, data_dir: Path, *, host: str = "127.0.0.1",

@@ -89,7 +89,7 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
-    _add_http_arguments(serve, "the HTTP console, /metrics and the /v1 API (fault injection)")
+    _add_http_arguments(serve, "the console, /metrics and the /v1 API (faults)")
     serve.set_defaults(run_command=run_serve)
 
 
@@ -102,7 +102,7 @@ def _add_http_arguments(parser: argparse.ArgumentParser, what: str, *, per_broke
     parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="N", help=port_help)
     parser.add_argument("--http-host", default="127.0.0.1", metavar="HOST",
                         help="address of the HTTP listener (default: 127.0.0.1; it has no authentication)")
-    parser.add_argument("--no-http", action="store_true", help=f"serve no HTTP (no {what}; nothing is counted)")
+    parser.add_argument("--no-http", action="store_true", help="serve no HTTP at all (and count no metrics)")
 
 
 def http_settings(args: argparse.Namespace, offset: int = 0):
@@ -204,7 +204,7 @@ def _add_dev_cluster_command(commands: argparse._SubParsersAction) -> None:
     dev.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
-    _add_http_arguments(dev, "each broker's HTTP console, /metrics and /v1 API", per_broker=True)
+    _add_http_arguments(dev, "each broker's console, /metrics and /v1 API", per_broker=True)
     dev.set_defaults(run_command=run_dev_cluster)
 
 

@@ -39,3 +39,30 @@ def test_request_histogram_is_cumulative_and_counts_every_request():
     assert abs(counts["kafkacompat_request_duration_seconds_sum"] - 42.0068) < 1e-9
     [total] = families["kafka_network_requestmetrics_requests"].samples
     assert (total.labels, total.value) == ({"request": "Produce"}, 5)
+
+
+def test_request_rates_cover_the_last_minute_once_there_is_one(monkeypatch):
+    from kafkacompat.http import views
+
+    clock = [1000.0]
+    monkeypatch.setattr(views.time, "monotonic", lambda: clock[0])
+    metrics = BrokerMetrics()
+    metrics.started -= 100  # 100 s of uptime
+    for _ in range(200):
+        metrics.request_done(3, 0.001)
+    rates = views.RequestRates()
+    per_api, span = rates.rates(metrics)  # no earlier look: the average since the start
+    assert 100 <= span < 110 and per_api[3] == 200 / span
+    clock[0] += 10
+    for _ in range(50):
+        metrics.request_done(3, 0.001)
+    per_api, span = rates.rates(metrics)
+    assert (per_api[3], span) == (5.0, 10.0)  # 50 requests in the 10 s since the first look
+    clock[0] += 120
+    metrics.request_done(0, 0.001)
+    rates.rates(metrics)  # a snapshot at t=130 s
+    clock[0] += 60
+    for _ in range(120):
+        metrics.request_done(0, 0.001)
+    per_api, span = rates.rates(metrics)
+    assert span == 60.0 and per_api[0] == 2.0 and per_api[3] == 0.0  # only the last minute counts

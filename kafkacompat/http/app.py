@@ -11,6 +11,7 @@ from urllib.parse import unquote, urlsplit
 from kafkacompat.http import api, console, metrics
 from kafkacompat.http.routing import ClusterControl, Route
 from kafkacompat.http.server import HttpError, Request, Response
+from kafkacompat.http.views import RequestRates
 
 if TYPE_CHECKING:
     from kafkacompat.handlers.registry import Services
@@ -22,6 +23,7 @@ class App:
     def __init__(self, services: "Services", *, control: ClusterControl | None = None) -> None:
         self.services = services
         self.control = control
+        self.rates = RequestRates()
         self.routes: list[Route] = [r for module in ROUTE_MODULES for r in module.ROUTES]
 
     def handle(self, request: Request) -> "Response | Awaitable[Response]":

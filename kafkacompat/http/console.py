@@ -6,7 +6,6 @@ in ROUTES and, for the navigation bar, an entry in NAV."""
 from __future__ import annotations
 
 import html
-import time
 from datetime import datetime, timezone
 from typing import Any, Iterable
 from urllib.parse import quote, urlencode
@@ -126,8 +125,7 @@ def card(key: str, value: str, ident: str) -> str:
 def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
     info = views.overview(app.services)
     metrics = app.services.metrics
-    elapsed = max(time.time() - metrics.started, 1e-9)
-    total = sum(stats.count for stats in metrics.requests.values())
+    rates, span = app.rates.rates(metrics)
     under = info["under_replicated_partitions"]
     cards = "<div class=cards>" + "".join([
         card("brokers", str(len(info["brokers"])), "brokers-count"),
@@ -135,7 +133,7 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
         card("partitions", str(info["partition_count"]), "partitions-count"),
         card("groups", str(info["group_count"]), "groups-count"),
         card("under-replicated", f'<span class={"warn" if under else "ok"}>{under}</span>', "under-replicated"),
-        card("requests / s (average)", f"{total / elapsed:,.1f}", "request-rate"),
+        card(f"requests / s (last {duration(span)})", f"{sum(rates.values()):,.1f}", "request-rate"),
         card("uptime", duration(info["uptime_seconds"]), "uptime"),
     ]) + "</div>"
     broker_rows = [
@@ -144,14 +142,16 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
         for b in info["brokers"]
     ]
     request_rows = [
-        [esc(name), number(stats.count), f"{stats.seconds / stats.count * 1000:,.2f}" if stats.count else "–"]
-        for name, stats in sorted(_named_requests(metrics), key=lambda item: -item[1].count)
+        [esc(name), number(stats.count), f"{rates.get(key, 0.0):,.1f}",
+         f"{stats.seconds / stats.count * 1000:,.2f}" if stats.count else "–"]
+        for key, name, stats in sorted(_named_requests(metrics), key=lambda item: -item[2].count)
     ]
     body = (
         f"<h1>Cluster <code>{esc(info['cluster_id'])}</code></h1>{cards}"
         f"<p class=muted>kafkacompat {esc(info['version'])} · controller: broker {info['controller_id']}</p>"
         f"<h2>Brokers</h2>{table(['Id', 'Address', 'Rack', '', ''], broker_rows, table_id='brokers')}"
-        f"<h2>Requests</h2>{table(['API', 'Requests', 'Mean ms'], request_rows, (1, 2), table_id='requests')}"
+        f"<h2>Requests</h2>"
+        f"{table(['API', 'Requests', 'Per second', 'Mean ms'], request_rows, (1, 2, 3), table_id='requests')}"
     )
     return page(app, request, "Overview", body, active="/")
 
@@ -159,7 +159,7 @@ def overview_page(app: "HttpContext", request: Request, params: dict[str, str]) 
 def _named_requests(metrics) -> list:
     from kafkacompat.wire.frame import api_name
 
-    return [(api_name(key), stats) for key, stats in metrics.requests.items()]
+    return [(key, api_name(key), stats) for key, stats in metrics.requests.items()]
 
 
 def topics_page(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:

@@ -13,6 +13,7 @@ from kafkacompat.http.server import HttpError, Request, Response
 
 if TYPE_CHECKING:
     from kafkacompat.handlers.registry import Services
+    from kafkacompat.http.views import RequestRates
 
 
 class ClusterControl(Protocol):
@@ -30,6 +31,7 @@ class ClusterControl(Protocol):
 class HttpContext(Protocol):
     services: "Services"
     control: ClusterControl | None
+    rates: "RequestRates"
 
 
 RouteHandler = Callable[[HttpContext, Request, dict[str, str]], "Response | Awaitable[Response]"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kafkacompat import __version__
@@ -16,6 +17,7 @@ from kafkacompat.wire.errors import ErrorCode
 if TYPE_CHECKING:
     from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.handlers.registry import Services
+    from kafkacompat.metrics import BrokerMetrics
 
 MAX_MESSAGES_PAGE = 200
 MESSAGE_READ_BYTES = 1 << 20
@@ -106,6 +108,33 @@ def under_replicated(services: "Services") -> int:
             if state is not None and state.leader == node_id and len(state.isr) < len(state.replicas):
                 count += 1
     return count
+
+
+class RequestRates:
+    """Requests per second per API over the last RATE_WINDOW_S, from snapshots of the counters
+    taken when a page asks (nothing runs in the background, nothing touches the request path);
+    until a snapshot is old enough, the average since the broker started."""
+
+    RATE_WINDOW_S = 60.0
+    MIN_SPAN_S = 2.0
+
+    def __init__(self) -> None:
+        self._snapshots: deque[tuple[float, dict[int, int]]] = deque()
+
+    def rates(self, metrics: "BrokerMetrics") -> tuple[dict[int, float], float]:
+        """(requests/s by api key, the seconds they are measured over)."""
+        now = time.monotonic()
+        counts = {key: stats.count for key, stats in metrics.requests.items()}
+        while len(self._snapshots) > 1 and now - self._snapshots[1][0] >= self.RATE_WINDOW_S:
+            self._snapshots.popleft()
+        oldest = self._snapshots[0] if self._snapshots else None
+        if not self._snapshots or now - self._snapshots[-1][0] >= self.MIN_SPAN_S:
+            self._snapshots.append((now, counts))
+        if oldest is None or now - oldest[0] < self.MIN_SPAN_S:
+            span = max(time.time() - metrics.started, 1e-9)
+            return {key: count / span for key, count in counts.items()}, span
+        span = now - oldest[0]
+        return {key: (count - oldest[1].get(key, 0)) / span for key, count in counts.items()}, span
 
 
 # ---- groups ---------------------------------------------------------------------------------

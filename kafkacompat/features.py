@@ -20,7 +20,13 @@ class Feature:
 
 
 # name -> Feature. Kept sorted by name; the ApiVersions answer lists them in this order.
-FEATURES: dict[str, Feature] = {}
+FEATURES: dict[str, Feature] = {
+    # KIP-890 part 2, finalized at 2 as on a Kafka 4.x cluster: a client that reads it sends
+    # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
+    # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without
+    # AddOffsetsToTxn. Clients that ignore it keep transaction version 1.
+    "transaction.version": Feature("transaction.version", 0, 2, 2),
+}
 
 # Bumped whenever a finalized level changes; -1 while nothing is finalized (Kafka's "unknown").
 FINALIZED_FEATURES_EPOCH = 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from kafkacompat.faults import FaultInjector
 from kafkacompat.metrics import BrokerMetrics
+from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
-    from kafkacompat.services import AdminOps, MetadataView
+    from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
 Decoder = Callable[[int, memoryview], Any]
@@ -35,8 +37,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator and the producer ids; what dispatch counts (metrics) and
-    injects (faults)."""
+    hosted here, the group and transaction coordinators, the producer ids and the transaction
+    verifier; what dispatch counts (metrics) and injects (faults)."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -46,6 +48,9 @@ class Services:
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
     fetch_sessions: "FetchSessionCache"
+    # KIP-890: asked before a transactional batch starts a transaction on a partition.
+    txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
+    transactions: "TransactionCoordinator | None" = None
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     faults: FaultInjector = field(default_factory=FaultInjector)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import sys
 import uuid
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ MAX_DELAY_MS = 300_000
 
 NAME_FIELDS = ("name", "topic", "topic_name")
 INDEX_FIELDS = ("partition_index", "index", "partition", "partition_id")
-SAME_NAME_FIELDS = ("topic_id", "group_id", "transactional_id", "resource_name", "resource_type")
+SAME_NAME_FIELDS = ("topic_id", "group_id", "transactional_id", "resource_name", "resource_type", "producer_id")
 
 ErrorResponseBuilder = Callable[[Any, int], Any]  # (decoded request, error code) -> response
 
@@ -297,7 +298,22 @@ def _role(cls: type) -> str | None:
     for role in ("group_id", "resource_name", "key"):
         if role in names:
             return role
-    return "item" if "error_code" in names else None
+    if any(_is_error_code(name) for name in names) or _holds_mirrored_lists(cls):
+        return "item"
+    return None
+
+
+def _is_error_code(name: str) -> bool:
+    return name == "error_code" or name.endswith("_error_code")  # partition_error_code (AddPartitionsToTxn v0-3)
+
+
+def _holds_mirrored_lists(cls: type) -> bool:
+    """A struct around topic lists (WriteTxnMarkers' markers): mirrored one per request item."""
+    for field in dataclasses.fields(cls):
+        element = _element_class(cls, field.type)
+        if element is not None and element is not cls and _role(element) in ("topic", "partition"):
+            return True
+    return False
 
 
 def _source_list(source: Any, role: str) -> list | None:
@@ -320,8 +336,8 @@ def _mirror(cls: type, source: Any, code: int) -> Any:
     out = cls()
     for field in dataclasses.fields(cls):
         name = field.name
-        if name == "error_code":
-            out.error_code = code
+        if _is_error_code(name):
+            setattr(out, name, code)
         elif isinstance(source, str):  # a request list of names: topics, groups, coordinator keys
             if name in NAME_FIELDS or name in ("group_id", "key"):
                 setattr(out, name, source)
@@ -350,16 +366,41 @@ def _mirror(cls: type, source: Any, code: int) -> Any:
 def generic_error_response(api_key: int, version: int, request: Any, code: int) -> Any:
     """The API's generated response with ``code`` at every level the request's topics,
     partitions, groups and resources reach, and in the top-level error code where the version
-    has one."""
+    has one. What the mirror filled in that this version does not carry (a v4+ list, a top-level
+    code of a version without one) is reset, as the encoder names it."""
     response = _mirror(codec.response_class(api_key), request, code)
-    if getattr(response, "error_code", 0) and not _encodes(response, version):
-        response.error_code = 0  # a top-level error code this version lacks (FindCoordinator v4+)
+    for _ in range(MAX_RESETS):
+        try:
+            codec.encode_response(response, version)
+            return response
+        except codec.EncodeError as exc:
+            found = _NOT_IN_VERSION.search(str(exc))
+            if found is None:
+                raise
+            _reset(response, found.group(1), _snake_case(found.group(2)))
     return response
 
 
-def _encodes(response: Any, version: int) -> bool:
-    try:
-        codec.encode_response(response, version)
-    except codec.EncodeError:
-        return False
-    return True
+MAX_RESETS = 8
+_NOT_IN_VERSION = re.compile(r"(\w+) has a non-default (\w+), which only version")
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _reset(message: Any, class_name: str, field_name: str) -> None:
+    """Give ``field_name`` its default in every ``class_name`` struct within ``message``."""
+    stack = [message]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif dataclasses.is_dataclass(item):
+            for field in dataclasses.fields(item):
+                if type(item).__name__ == class_name and field.name == field_name:
+                    default = field.default_factory() if field.default_factory is not dataclasses.MISSING \
+                        else field.default
+                    setattr(item, field.name, default)
+                else:
+                    stack.append(getattr(item, field.name))

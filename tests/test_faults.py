@@ -27,7 +27,7 @@ def _error_codes(message) -> list[int]:
         if dataclasses.is_dataclass(item):
             for field in dataclasses.fields(item):
                 value = getattr(item, field.name)
-                if field.name == "error_code":
+                if field.name == "error_code" or field.name.endswith("_error_code"):
                     found.append(value)
                 stack.append(value)
         elif isinstance(item, (list, tuple)):

@@ -24,6 +24,7 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.quotas import ClientQuotaManager
+from kafkacompat.metrics import BrokerMetrics
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.controller.store import EmbeddedStore
 from kafkacompat.security.credentials import ScramCredentialStore
@@ -43,16 +44,25 @@ if TYPE_CHECKING:
     from kafkacompat.controller.store import MetadataStore
     from kafkacompat.handlers.registry import Services
     from kafkacompat.security.authorizer import Authorizer
+    from kafkacompat.http import HttpSettings
+    from kafkacompat.http.routing import ClusterControl
     from kafkacompat.server import Connection
 
 log = logging.getLogger("kafkacompat.broker")
 
 class Broker:
-    def __init__(self, config: "BrokerConfig", store: "MetadataStore | None" = None) -> None:
+    def __init__(self, config: "BrokerConfig", store: "MetadataStore | None" = None, *,
+                 http: "HttpSettings | None" = None, control: "ClusterControl | None" = None) -> None:
         """A single node (topics in the data dir) unless ``config.zookeeper_connect`` is set or a
         metadata ``store`` is given (in-process clusters): then it is a cluster member, and topics,
-        brokers and partition states come from the store through the controller."""
+        brokers and partition states come from the store through the controller. ``http``: serve
+        the console, /metrics and the JSON API (and count metrics); ``control``: dev-cluster's
+        broker stop/start for that API."""
         self.config = config
+        self.http = http
+        self.control = control
+        self.http_port: int | None = None
+        self.http_ready = trio.Event()  # set once the HTTP port is bound (or found in use)
         self.node_id = config.broker_id
         self.data_dir = Path(config.data_dir)
         self.port = config.port
@@ -207,7 +217,8 @@ class Broker:
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
                                       credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
-                                      quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions)
+                                      quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions,
+                                      metrics=BrokerMetrics(enabled=self.http is not None))
         return self._services
 
     async def dispatch(
@@ -271,6 +282,10 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                 broker.node_id, broker.config.host, port, host, advertised_port, others, broker.data_dir.resolve(),
             )
             task_status.started(port)
+            if broker.http is not None:
+                nursery.start_soon(_serve_http, broker)  # after the Kafka listener: it never waits for HTTP
+            else:
+                broker.http_ready.set()
     finally:
         if broker.cluster is not None:
             with trio.CancelScope(shield=True):
@@ -278,6 +293,16 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                     await broker.cluster.close()  # ends the session: our ephemeral nodes go now
         broker.close()
         log.info("kafkacompat broker %d stopped; logs flushed and checkpoints written", broker.node_id)
+
+
+async def _serve_http(broker: Broker) -> None:
+    from kafkacompat import http
+
+    assert broker.http is not None
+    async with trio.open_nursery() as nursery:
+        broker.http_port = await nursery.start(
+            partial(http.serve, broker.services(), broker.http, control=broker.control))
+        broker.http_ready.set()
 
 
 async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> None:
@@ -297,8 +322,8 @@ async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> Non
     cancel_scope.cancel()
 
 
-async def _serve_until_signalled(config: "BrokerConfig") -> None:
-    broker = Broker(config)
+async def _serve_until_signalled(config: "BrokerConfig", http: "HttpSettings | None") -> None:
+    broker = Broker(config, http=http)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve, broker)
@@ -313,9 +338,9 @@ async def _serve_until_signalled(config: "BrokerConfig") -> None:
                 break
 
 
-def run_broker(config: "BrokerConfig") -> None:
+def run_broker(config: "BrokerConfig", http: "HttpSettings | None" = None) -> None:
     """Serve as this process's main work until SIGTERM/SIGINT, then end the process at once."""
-    trio.run(_serve_until_signalled, config)
+    trio.run(_serve_until_signalled, config, http)
     _exit_now()
 
 

@@ -23,6 +23,12 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.replication.manager import ReplicaManager
+from kafkacompat.shares import ShareServices
+from kafkacompat.shares.group import ShareGroupCoordinator
+from kafkacompat.shares.manager import SharePartitionManager
+from kafkacompat.shares.records import SHARE_STATE_TOPIC
+from kafkacompat.shares.state_store import ShareStateStore
+from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -57,6 +63,7 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.shares = self._build_shares()
         self._services = None
 
     def _build_single_node(self) -> None:
@@ -97,6 +104,35 @@ class Broker:
 
         return OffsetsTopicLog(self.replicas.topics, self.replicas, create=create)
 
+    def _build_shares(self) -> ShareServices:
+        """Share groups: membership beside the group coordinator, share partitions on the
+        partition leaders, their state in __share_group_state (created on first use)."""
+        config = self.config
+
+        async def ensure_state_topic():
+            topic = self.replicas.topics.get(SHARE_STATE_TOPIC)
+            if topic is not None:
+                return topic
+            partitions = config.share_coordinator_state_topic_num_partitions
+            replication = max(1, min(config.share_coordinator_state_topic_replication_factor,
+                                     len(self.metadata.brokers())))
+            if not self.clustered:
+                return self.admin.create_topic_now(SHARE_STATE_TOPIC, partitions, 1, state.topic_configs())
+            try:
+                await self.admin.create_topic(SHARE_STATE_TOPIC, partitions, replication, state.topic_configs())
+            except KafkaError as exc:  # created concurrently: the caller retries
+                log.info("Could not create %s yet: %s", SHARE_STATE_TOPIC, exc)
+            return self.replicas.topics.get(SHARE_STATE_TOPIC)
+
+        state = ShareStateStore(config, self.replicas, ensure_topic=ensure_state_topic, clustered=self.clustered)
+        partitions = SharePartitionManager(config, self.replicas, state)
+        groups = ShareGroupCoordinator(config, self.groups, self.metadata)
+        groups.member_removed_listeners.append(partitions.release_member_soon)
+        self.groups.foreign_group = groups.is_share_group
+        self.replicas.add_leadership_listener(state)
+        self.replicas.add_leadership_listener(partitions)
+        return ShareServices(groups, partitions, state)
+
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
@@ -116,6 +152,7 @@ class Broker:
             self.replicas.open_partitions(topic, range(topic.partitions), lead=True)
         self.replicas.warn_about_stray_logs()
         self.groups.load()
+        self.shares.state.load()
 
     def close(self) -> None:
         self.logs.close()
@@ -140,7 +177,7 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir)
+                                      self.producer_ids, self.data_dir, self.shares)
         return self._services
 
     async def dispatch(
@@ -175,6 +212,8 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.shares.partitions.run)
+            nursery.start_soon(broker.shares.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()

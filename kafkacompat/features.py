@@ -20,7 +20,10 @@ class Feature:
 
 
 # name -> Feature. Kept sorted by name; the ApiVersions answer lists them in this order.
-FEATURES: dict[str, Feature] = {}
+FEATURES: dict[str, Feature] = {
+    # KIP-932 share groups: on by default (Kafka 4.2 needs it finalized to serve them).
+    "share.version": Feature("share.version", 0, 1, 1),
+}
 
 # Bumped whenever a finalized level changes; -1 while nothing is finalized (Kafka's "unknown").
 FINALIZED_FEATURES_EPOCH = 0

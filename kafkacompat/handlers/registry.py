@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
+    from kafkacompat.shares import ShareServices
     from kafkacompat.services import AdminOps, MetadataView
     from kafkacompat.wire.frame import RequestHeader
 
@@ -40,6 +41,7 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    shares: "ShareServices | None" = None
 
 
 @dataclass(slots=True)

@@ -1,0 +1,300 @@
+"""Share group APIs (KIP-932): ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch and
+ShareAcknowledge. Membership is in kafkacompat.shares.group, the share partitions and sessions
+in kafkacompat.shares.manager, durable state in kafkacompat.shares.state_store."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
+from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.shares.partition import AcknowledgementBatch, AcquireMode
+from kafkacompat.shares.sessions import FINAL_EPOCH, INITIAL_EPOCH, check_epoch
+from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.controller.topics import TopicInfo
+    from kafkacompat.shares import ShareServices
+
+log = logging.getLogger("kafkacompat.shares")
+
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+
+# READ, DESCRIBE, DELETE (AclOperation codes), as for classic groups with no authorizer.
+GROUP_OPERATIONS = frozenset({3, 6, 8})
+RENEW_ACQUIRE_MODE = 255  # ShareFetch v2: only renew the acknowledged locks, acquire nothing
+
+PartitionKey = tuple[uuid.UUID, int]
+
+
+def shares(ctx: RequestContext) -> "ShareServices":
+    assert ctx.services.shares is not None
+    return ctx.services.shares
+
+
+def _client_host(ctx: RequestContext) -> str:
+    host = ctx.connection.client_host if ctx.connection is not None else "unknown"
+    return f"/{host}"
+
+
+def _valid_member_id(member_id: str | None) -> bool:
+    """Kafka parses a share member id as a Uuid (22 characters of URL-safe base64)."""
+    if not member_id:
+        return False
+    try:
+        return len(base64.urlsafe_b64decode(member_id + "==")) == 16
+    except (binascii.Error, ValueError):
+        return False
+
+
+# ---- ShareGroupHeartbeat / ShareGroupDescribe ---------------------------------------------------
+
+
+@handles(SHARE_GROUP_HEARTBEAT, 0, 0)
+async def handle_share_group_heartbeat(request, ctx: RequestContext):
+    result = shares(ctx).groups.heartbeat(
+        request.group_id, request.member_id, request.member_epoch, request.rack_id, request.subscribed_topic_names,
+        client_id=ctx.client_id or "", client_host=_client_host(ctx),
+    )
+    assignment = None
+    if result.assignment is not None:
+        cls = response_class(SHARE_GROUP_HEARTBEAT)
+        assignment = cls.Assignment(topic_partitions=[
+            cls.Assignment.TopicPartitions(topic_id=topic_id, partitions=list(partitions))
+            for topic_id, partitions in result.assignment.items()
+        ])
+    return response_for(SHARE_GROUP_HEARTBEAT, ctx, throttle_time_ms=0, error_code=result.error,
+                        error_message=result.message, member_id=result.member_id, member_epoch=result.member_epoch,
+                        heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
+
+
+@handles(SHARE_GROUP_DESCRIBE, 0, 0)
+async def handle_share_group_describe(request, ctx: RequestContext):
+    cls = response_class(SHARE_GROUP_DESCRIBE)
+    group_cls = cls.DescribedGroup
+    operations = operations_bitfield(GROUP_OPERATIONS) if request.include_authorized_operations else OPERATIONS_OMITTED
+    described = []
+    for group_id in request.group_ids or []:
+        error, message, group = shares(ctx).groups.describe(group_id)
+        if group is None:
+            described.append(group_cls(error_code=error, error_message=message, group_id=group_id,
+                                       group_state="Dead", authorized_operations=operations))
+            continue
+        members = [
+            group_cls.Member(
+                member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
+                client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topics),
+                assignment=group_cls.Member.Assignment(topic_partitions=_described_assignment(ctx, m.assignment)),
+            )
+            for m in group.members.values()
+        ]
+        described.append(group_cls(error_code=ErrorCode.NONE, group_id=group_id, group_state=group.state,
+                                   group_epoch=group.group_epoch, assignment_epoch=group.assignment_epoch,
+                                   assignor_name="simple", members=members, authorized_operations=operations))
+    return response_for(SHARE_GROUP_DESCRIBE, ctx, throttle_time_ms=0, groups=described)
+
+
+def _described_assignment(ctx: RequestContext, assignment) -> list:
+    cls = response_class(SHARE_GROUP_DESCRIBE).DescribedGroup.Member.Assignment.TopicPartitions  # noqa
+    out = []
+    for topic_id, partitions in assignment.items():
+        topic = ctx.metadata.topic_by_id(topic_id)
+        out.append(cls(topic_id=topic_id, topic_name=topic.name if topic is not None else "",
+                       partitions=list(partitions)))
+    return out
+
+
+# ---- ShareFetch ----------------------------------------------------------------------------------
+
+
+def _acknowledgements(partition) -> list[AcknowledgementBatch]:
+    return [AcknowledgementBatch(b.first_offset, b.last_offset, list(b.acknowledge_types or []))
+            for b in partition.acknowledgement_batches or []]
+
+
+def _top_level_error(api_key: int, ctx: RequestContext, code: int, message: str | None):
+    fields = dict(throttle_time_ms=0, error_code=code, error_message=message, responses=[], node_endpoints=[])
+    if api_key == SHARE_FETCH and ctx.version >= 1:
+        fields["acquisition_lock_timeout_ms"] = 0
+    return response_for(api_key, ctx, **fields)
+
+
+class _Results:
+    """The response's partitions, in request order, by (topic id, partition)."""
+
+    def __init__(self, ctx: RequestContext, api_key: int) -> None:
+        self.ctx = ctx
+        self.api_key = api_key
+        self.cls = response_class(api_key)
+        self.topic_cls = self.cls.ShareFetchableTopicResponse if api_key == SHARE_FETCH \
+            else self.cls.ShareAcknowledgeTopicResponse
+        self.partitions: dict[PartitionKey, object] = {}
+
+    def get(self, key: PartitionKey):
+        partition = self.partitions.get(key)
+        if partition is None:
+            partition = self.partitions[key] = self.topic_cls.PartitionData(partition_index=key[1])
+            if self.api_key == SHARE_FETCH:
+                partition.records = None
+            self._leader(key, partition)
+        return partition
+
+    def _leader(self, key: PartitionKey, partition) -> None:
+        topic = self.ctx.metadata.topic_by_id(key[0])
+        state = self.ctx.metadata.partition_state(topic.name, key[1]) if topic is not None else None
+        partition.current_leader.leader_id = state.leader if state is not None else -1
+        partition.current_leader.leader_epoch = state.leader_epoch if state is not None else -1
+
+    def topics(self) -> list:
+        by_topic: dict[uuid.UUID, list] = {}
+        for (topic_id, _), partition in self.partitions.items():
+            by_topic.setdefault(topic_id, []).append(partition)
+        return [self.topic_cls(topic_id=topic_id, partitions=partitions) for topic_id, partitions in by_topic.items()]
+
+    def node_endpoints(self) -> list:
+        leaders = {p.current_leader.leader_id for p in self.partitions.values()
+                   if p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER and p.current_leader.leader_id >= 0}
+        brokers = self.ctx.metadata.brokers()
+        return [self.cls.NodeEndpoint(node_id=b, host=brokers[b].host, port=brokers[b].port, rack=brokers[b].rack)
+                for b in sorted(leaders) if b in brokers]
+
+
+async def _acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
+                           requested: list[tuple[PartitionKey, list[AcknowledgementBatch]]],
+                           results: _Results, *, error_field: str) -> None:
+    manager = shares(ctx).partitions
+    for key, batches in requested:
+        if not batches:
+            continue
+        partition = results.get(key)
+        topic = ctx.metadata.topic_by_id(key[0])
+        if topic is None:
+            code, message = ErrorCode.UNKNOWN_TOPIC_ID, None
+        else:
+            code, message = await manager.acknowledge(group_id, member_id, topic, key[1], batches)
+        setattr(partition, error_field, code)
+        setattr(partition, error_field.replace("_code", "_message"), message)
+
+
+def _fetch_request_partitions(request) -> list[tuple[PartitionKey, list[AcknowledgementBatch]]]:
+    return [((topic.topic_id, p.partition_index), _acknowledgements(p))
+            for topic in request.topics or [] for p in topic.partitions or []]
+
+
+def _forgotten(request) -> list[PartitionKey]:
+    return [(t.topic_id, index) for t in request.forgotten_topics_data or [] for index in t.partitions or []]
+
+
+@handles(SHARE_FETCH, 0, 0)
+async def handle_share_fetch(request, ctx: RequestContext):
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    if not group_id:
+        return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_GROUP_ID, "The group id is empty.")
+    if not _valid_member_id(member_id):
+        return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST, f"Invalid member id {member_id!r}.")
+    mode = getattr(request, "share_acquire_mode", AcquireMode.BATCH_OPTIMIZED)
+    if mode not in (AcquireMode.BATCH_OPTIMIZED, AcquireMode.RECORD_LIMIT, RENEW_ACQUIRE_MODE):
+        return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST, f"Unknown share acquire mode {mode}.")
+    requested = _fetch_request_partitions(request)
+    has_acks = any(batches for _, batches in requested)
+    sessions = shares(ctx).partitions.sessions
+    try:
+        if epoch == INITIAL_EPOCH:
+            if has_acks:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "Acknowledgements are not allowed in the share fetch opening a share session.")
+            session = sessions.open(group_id, member_id, [key for key, _ in requested])
+        elif epoch == FINAL_EPOCH:
+            if any(not batches for _, batches in requested):
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "The share fetch closing a share session can only carry acknowledgements.")
+            session = sessions.existing(group_id, member_id)
+        else:
+            session = sessions.update(group_id, member_id, epoch, [key for key, _ in requested], _forgotten(request))
+    except KafkaError as exc:
+        return _top_level_error(SHARE_FETCH, ctx, exc.code, exc.message)
+    results = _Results(ctx, SHARE_FETCH)
+    if epoch == INITIAL_EPOCH:
+        for key, _ in requested:
+            results.get(key)
+    await _acknowledge_all(ctx, group_id, member_id, requested, results, error_field="acknowledge_error_code")
+    if epoch == FINAL_EPOCH:
+        await _close_session(ctx, group_id, member_id)
+    else:
+        await _fetch_into(ctx, request, group_id, member_id, list(session.partitions), results)
+    return response_for(SHARE_FETCH, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                        responses=results.topics(), node_endpoints=results.node_endpoints(),
+                        **({"acquisition_lock_timeout_ms": shares(ctx).partitions.lock_duration_ms}
+                           if ctx.version >= 1 else {}))
+
+
+async def _fetch_into(ctx: RequestContext, request, group_id: str, member_id: str, keys: list[PartitionKey],
+                      results: _Results) -> None:
+    mode = getattr(request, "share_acquire_mode", AcquireMode.BATCH_OPTIMIZED)
+    if mode == RENEW_ACQUIRE_MODE:
+        return
+    wanted: list[tuple["TopicInfo", int]] = []
+    for key in keys:
+        topic = ctx.metadata.topic_by_id(key[0])
+        if topic is None:
+            results.get(key).error_code = ErrorCode.UNKNOWN_TOPIC_ID
+            continue
+        wanted.append((topic, key[1]))
+    max_records = getattr(request, "max_records", 0) or 500
+    fetched = await shares(ctx).partitions.fetch(
+        group_id, member_id, wanted, max_records=max_records, max_bytes=request.max_bytes,
+        max_wait_ms=request.max_wait_ms, mode=AcquireMode(mode))
+    acquired_cls = response_class(SHARE_FETCH).ShareFetchableTopicResponse.PartitionData.AcquiredRecords
+    for key, result in fetched.items():
+        if not result.acquired and not result.error and key not in results.partitions:
+            continue
+        partition = results.get(key)
+        partition.error_code, partition.error_message = result.error, result.message
+        if result.acquired:
+            partition.records = result.records
+            partition.acquired_records = [acquired_cls(first_offset=r.first_offset, last_offset=r.last_offset,
+                                                       delivery_count=r.delivery_count) for r in result.acquired]
+
+
+async def _close_session(ctx: RequestContext, group_id: str, member_id: str) -> None:
+    session = shares(ctx).partitions.sessions.close(group_id, member_id)
+    await shares(ctx).partitions.release_member(group_id, member_id, list(session.partitions))
+
+
+# ---- ShareAcknowledge ------------------------------------------------------------------------------
+
+
+@handles(SHARE_ACKNOWLEDGE, 0, 0)
+async def handle_share_acknowledge(request, ctx: RequestContext):
+    group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
+    if not group_id:
+        return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_GROUP_ID, "The group id is empty.")
+    if not _valid_member_id(member_id):
+        return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_REQUEST, f"Invalid member id {member_id!r}.")
+    sessions = shares(ctx).partitions.sessions
+    try:
+        if epoch == INITIAL_EPOCH:
+            raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                             "A share acknowledgement cannot open a share session (epoch 0).")
+        session = sessions.existing(group_id, member_id)
+        if epoch != FINAL_EPOCH:
+            check_epoch(session, epoch)
+            session.next_epoch()
+    except KafkaError as exc:
+        return _top_level_error(SHARE_ACKNOWLEDGE, ctx, exc.code, exc.message)
+    requested = [((topic.topic_id, p.partition_index), _acknowledgements(p))
+                 for topic in request.topics or [] for p in topic.partitions or []]
+    results = _Results(ctx, SHARE_ACKNOWLEDGE)
+    await _acknowledge_all(ctx, group_id, member_id, requested, results, error_field="error_code")
+    if epoch == FINAL_EPOCH:
+        await _close_session(ctx, group_id, member_id)
+    return response_for(SHARE_ACKNOWLEDGE, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                        responses=results.topics(), node_endpoints=results.node_endpoints())

@@ -27,6 +27,7 @@ from kafkacompat.shares import ShareServices
 from kafkacompat.shares.group import ShareGroupCoordinator
 from kafkacompat.shares.manager import SharePartitionManager
 from kafkacompat.shares.records import SHARE_STATE_TOPIC
+from kafkacompat.shares.remote import RoutingPersister
 from kafkacompat.shares.state_store import ShareStateStore
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
@@ -125,7 +126,8 @@ class Broker:
             return self.replicas.topics.get(SHARE_STATE_TOPIC)
 
         state = ShareStateStore(config, self.replicas, ensure_topic=ensure_state_topic, clustered=self.clustered)
-        partitions = SharePartitionManager(config, self.replicas, state)
+        persister = RoutingPersister(state, self.metadata) if self.clustered else state
+        partitions = SharePartitionManager(config, self.replicas, persister)
         groups = ShareGroupCoordinator(config, self.groups, self.metadata)
         groups.member_removed_listeners.append(partitions.release_member_soon)
         self.groups.foreign_group = groups.is_share_group

@@ -298,3 +298,60 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
         await _close_session(ctx, group_id, member_id)
     return response_for(SHARE_ACKNOWLEDGE, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                         responses=results.topics(), node_endpoints=results.node_endpoints())
+
+
+# ---- the share coordinator's inter-broker APIs ---------------------------------------------------
+
+READ_SHARE_GROUP_STATE = 84
+WRITE_SHARE_GROUP_STATE = 85
+
+
+@handles(READ_SHARE_GROUP_STATE, 0, 0)
+async def handle_read_share_group_state(request, ctx: RequestContext):
+    cls = response_class(READ_SHARE_GROUP_STATE)
+    result_cls = cls.ReadStateResult.PartitionResult
+    store = shares(ctx).state
+    results = []
+    for topic in request.topics or []:
+        partitions = []
+        for p in topic.partitions or []:
+            try:
+                state = store.read((request.group_id, topic.topic_id, p.partition))
+            except KafkaError as exc:
+                partitions.append(result_cls(partition=p.partition, error_code=exc.code, error_message=exc.message,
+                                             state_epoch=-1, start_offset=-1))
+                continue
+            if state is None:
+                partitions.append(result_cls(partition=p.partition, state_epoch=-1, start_offset=-1))
+                continue
+            partitions.append(result_cls(
+                partition=p.partition, state_epoch=state.state_epoch, start_offset=state.start_offset,
+                state_batches=[result_cls.StateBatch(first_offset=b.first_offset, last_offset=b.last_offset,
+                                                     delivery_state=b.delivery_state, delivery_count=b.delivery_count)
+                               for b in state.batches]))
+        results.append(cls.ReadStateResult(topic_id=topic.topic_id, partitions=partitions))
+    return response_for(READ_SHARE_GROUP_STATE, ctx, results=results)
+
+
+@handles(WRITE_SHARE_GROUP_STATE, 0, 0)
+async def handle_write_share_group_state(request, ctx: RequestContext):
+    from kafkacompat.shares.partition import StateBatch
+
+    cls = response_class(WRITE_SHARE_GROUP_STATE)
+    result_cls = cls.WriteStateResult.PartitionResult
+    store = shares(ctx).state
+    results = []
+    for topic in request.topics or []:
+        partitions = []
+        for p in topic.partitions or []:
+            batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                       for b in p.state_batches or []]
+            try:
+                await store.write((request.group_id, topic.topic_id, p.partition), p.leader_epoch, p.start_offset,
+                                  batches)
+            except KafkaError as exc:
+                partitions.append(result_cls(partition=p.partition, error_code=exc.code, error_message=exc.message))
+                continue
+            partitions.append(result_cls(partition=p.partition))
+        results.append(cls.WriteStateResult(topic_id=topic.topic_id, partitions=partitions))
+    return response_for(WRITE_SHARE_GROUP_STATE, ctx, results=results)

@@ -169,25 +169,25 @@ class SharePartitionManager:
         """Acquire records of ``wanted`` for the member; waits up to ``max_wait_ms`` for records
         when none could be acquired."""
         results: dict[tuple[uuid.UUID, int], FetchedPartition] = {}
-        with trio.move_on_after(max(max_wait_ms, 0) / 1000):
-            while True:
-                woken = trio.Event()
-                waiting: list["Partition"] = []
-                got = await self._fetch_once(group_id, member_id, wanted, max_records, max_bytes, mode, results,
-                                             waiting)
-                if got or not waiting or max_wait_ms <= 0:
-                    return results
-                for partition in waiting:
-                    partition.add_waiter(woken)
-                changed = self._changed
-                try:
+        deadline = trio.current_time() + max(max_wait_ms, 0) / 1000
+        while True:
+            woken = trio.Event()
+            waiting: list["Partition"] = []
+            got = await self._fetch_once(group_id, member_id, wanted, max_records, max_bytes, mode, results,
+                                         waiting)
+            if got or not waiting or trio.current_time() >= deadline:
+                return results
+            for partition in waiting:
+                partition.add_waiter(woken)
+            changed = self._changed
+            try:
+                with trio.move_on_at(deadline):
                     async with trio.open_nursery() as nursery:
                         nursery.start_soon(_wait_then_cancel, woken, nursery.cancel_scope)
                         nursery.start_soon(_wait_then_cancel, changed, nursery.cancel_scope)
-                finally:
-                    for partition in waiting:
-                        partition.remove_waiter(woken)
-        return results
+            finally:
+                for partition in waiting:
+                    partition.remove_waiter(woken)
 
     async def _fetch_once(self, group_id: str, member_id: str, wanted: Sequence[tuple["TopicInfo", int]],
                           max_records: int, max_bytes: int, mode: AcquireMode, results: dict,

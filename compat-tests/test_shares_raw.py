@@ -230,3 +230,17 @@ def test_describe_a_share_group(broker, topic):
         assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [(topic, [0])]
         (missing,) = call(conn, DESCRIBE, group_ids=["no-such-share-group"]).groups
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_a_dropped_connection_ends_its_share_session_and_releases_the_records(broker, topic):
+    group = f"g-{topic}"
+    with RawConnection(broker.bootstrap) as conn_b:
+        b = Member(conn_b, group, topic)
+        with RawConnection(broker.bootstrap) as conn_a:
+            a = Member(conn_a, group, topic)
+            a.join(), b.join()
+            a.fetch(), b.fetch()
+            confluent_send(broker.bootstrap, topic, [Msg(b"x")])
+            assert acquired(a.fetch(max_wait_ms=5000)) == [(0, 0, 1)]
+        # a's socket closed without a word: b's long poll gets the record well before the lock expires
+        assert acquired(b.fetch(max_wait_ms=20000)) == [(0, 0, 1)]

@@ -33,7 +33,7 @@ import logging
 import os
 import socket as stdlib_socket
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import trio
 
@@ -148,6 +148,8 @@ class Connection:
         self.client_id: str | None = None
         # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
         self.principal: KafkaPrincipal = ANONYMOUS
+        # called once when the connection ends (state tied to it: share sessions)
+        self.close_callbacks: dict[object, Callable[[], None]] = {}
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""
@@ -182,6 +184,11 @@ class Connection:
         finally:
             self.sock.close()
             self.decoder.close()
+            for callback in self.close_callbacks.values():
+                try:
+                    callback()
+                except Exception:
+                    log.exception("A close callback of %s failed", self.describe())
 
     # The socket calls below go straight to the (non-blocking) descriptor and wait for epoll only
     # when the kernel says EAGAIN. trio's socket methods would add a scheduler pass after every

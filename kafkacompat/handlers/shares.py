@@ -212,6 +212,10 @@ async def handle_share_fetch(request, ctx: RequestContext):
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  "Acknowledgements are not allowed in the share fetch opening a share session.")
             session = sessions.open(group_id, member_id, [key for key, _ in requested])
+            if ctx.connection is not None:
+                manager = shares(ctx).partitions
+                ctx.connection.close_callbacks[("share-session", group_id, member_id)] = \
+                    lambda: manager.session_connection_closed(session)
         elif epoch == FINAL_EPOCH:
             if any(not batches for _, batches in requested):
                 raise KafkaError(ErrorCode.INVALID_REQUEST,

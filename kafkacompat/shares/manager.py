@@ -276,6 +276,16 @@ class SharePartitionManager:
             self._nursery = nursery
             await self._time_locks()
 
+    def session_connection_closed(self, session) -> None:
+        """The connection a share session was opened on closed: the session ends and its
+        member's records come back (Kafka 4.1's connection-disconnect listener)."""
+        if self.sessions.get(session.group_id, session.member_id) is not session:
+            return  # replaced by a newer session (the member reconnected)
+        self.sessions.remove_member(session.group_id, session.member_id)
+        if self._nursery is not None:
+            self._nursery.start_soon(self.release_member, session.group_id, session.member_id,
+                                     list(session.partitions))
+
     def release_member_soon(self, group_id: str, member_id: str) -> None:
         """A member was removed from its share group (left, or its session timed out)."""
         self.sessions.remove_member(group_id, member_id)

@@ -2,11 +2,19 @@
 
 Run at development time, after changing this script or moving to newer specs:
 
-    python scripts/generate_codecs.py [--specs DIR] [--out DIR]
+    python scripts/generate_codecs.py [--specs DIR]... [--out DIR]
 
-``--specs`` defaults to ../shared/kafka-reference/message (relative to the repo); ``--out`` to
-kafkacompat/wire/messages. The output is committed; the JSON files are not. Every API gets one
-module holding its request and response: a ``dataclass(slots=True)`` per message and struct
+``--specs`` may be given several times, oldest first; the messages of every directory are
+merged (see merge_specs): each spec owns the versions in its ``validVersions`` (a newer one wins
+where two overlap), so the versions a newer release removed (CreateTopics 0-1 in Kafka 4) stay
+encodable from the older spec while the newer one adds its versions and fields. Messages are
+matched by api key and kind, so a renamed API keeps one module, named as the newest spec names it
+(ListClientMetricsResources -> ListConfigResources). The default is the 3.9-era reference copy
+(../shared/kafka-reference/message, relative to the repo) and then, when present, the Kafka
+4.2-era specs in ../specs/kafka-4.2 (/work/specs/kafka-4.2: clients/src/main/resources/common/
+message/*.json as the stored apache/kafka index holds them, downloaded by hand). ``--out``
+defaults to kafkacompat/wire/messages. The output is committed; the JSON files are not. Every API
+gets one module holding its request and response: a ``dataclass(slots=True)`` per message and struct
 (attribute names are the snake_case of the spec's field names, nested struct classes are class
 attributes of their parent, as kafka-python exposed them) and, per version, a straight-line
 encoder and decoder (versions whose layout is identical share one function). The package's
@@ -19,7 +27,8 @@ was serialized as null" is a malformed request), fields absent at a version deco
 default, and writing a non-default value into a field the version lacks raises unless the field
 is ``ignorable``. UUIDs decode to uuid.UUID (the zero UUID when unset; None encodes as zero).
 
-AMENDMENTS below adds the few versions the broker serves that are newer than the reference specs.
+AMENDMENTS below adds versions the broker serves that are newer than every spec given (applied
+after merging; an amendment the specs already cover is an error, so it is removed, not kept).
 """
 
 from __future__ import annotations
@@ -35,13 +44,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 # ../shared/kafka-reference/message beside the repo (for a worktree nested deeper, the nearest one up)
-DEFAULT_SPECS = next((parent / "shared" / "kafka-reference" / "message" for parent in REPO.parents
-                      if (parent / "shared" / "kafka-reference" / "message").is_dir()),
-                     REPO.parent / "shared" / "kafka-reference" / "message")
+
+
+def _nearest_up(*parts: str) -> Path | None:
+    """The directory ``parts`` beside the repo (for a worktree nested deeper, the nearest one up)."""
+    return next((parent.joinpath(*parts) for parent in REPO.parents if parent.joinpath(*parts).is_dir()), None)
+
+
+# oldest first: the 3.9-era reference copy, then the 4.2-era download when present
+DEFAULT_SPECS = [path for path in (
+    _nearest_up("shared", "kafka-reference", "message") or REPO.parent / "shared" / "kafka-reference" / "message",
+    _nearest_up("specs", "kafka-4.2"),
+) if path is not None]
 DEFAULT_OUT = REPO / "kafkacompat" / "wire" / "messages"
 INFINITY = 32767
 
-# Kafka releases newer than the reference specs (4.1: KIP-1102, KIP-1023, KIP-1073).
+# What the specs given lack. Metadata 13, ListOffsets 11 and DescribeCluster 2 (Kafka 4.1: KIP-1102,
+# KIP-1023, KIP-1073) are newer than the 3.9-era copy; ShareFetchRequest v2's IsRenewAck (KIP-1222)
+# came after the stored 4.2-era spec (commit 08c855f, which has ShareAcquireMode only).
+# "append" adds fields at the end of a struct, "insert" after the named field.
 AMENDMENTS: dict[str, dict] = {
     "MetadataRequest": {"validVersions": "0-13"},
     "MetadataResponse": {"validVersions": "0-13", "append": {(): [
@@ -52,6 +73,8 @@ AMENDMENTS: dict[str, dict] = {
         {"name": "IncludeFencedBrokers", "type": "bool", "versions": "2+"}]}},
     "DescribeClusterResponse": {"validVersions": "0-2", "append": {("Brokers",): [
         {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
+    "ShareFetchRequest": {"insert": {(): [("ShareAcquireMode", {
+        "name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"})]}},
 }
 
 SMALL_ARRAY = 64  # arrays of fixed-width elements up to this long are packed with a prebuilt Struct
@@ -161,13 +184,166 @@ def amend(spec: dict) -> dict:
     change = AMENDMENTS.get(spec["name"])
     if not change:
         return spec
-    spec["validVersions"] = change.get("validVersions", spec["validVersions"])
+    if "validVersions" in change:
+        if parse_versions(change["validVersions"])[1] <= parse_versions(spec["validVersions"])[1]:
+            raise SystemExit(f"{spec['name']}: the specs already reach {spec['validVersions']}; "
+                             "drop its AMENDMENTS entry")
+        spec["validVersions"] = change["validVersions"]
     for path, extra in change.get("append", {}).items():
-        fields = spec["fields"]
-        for name in path:
-            fields = next(f for f in fields if f["name"] == name)["fields"]
-        fields.extend(extra)
+        struct_fields(spec, path).extend(extra)
+    for path, extra in change.get("insert", {}).items():
+        fields = struct_fields(spec, path)
+        for after, new in extra:
+            if any(f["name"] == new["name"] for f in fields):
+                raise SystemExit(f"{spec['name']}: the specs already have {new['name']}; drop its AMENDMENTS entry")
+            fields.insert(next(i for i, f in enumerate(fields) if f["name"] == after) + 1, new)
     return spec
+
+
+def struct_fields(spec: dict, path: tuple[str, ...]) -> list[dict]:
+    fields = spec["fields"]
+    for name in path:
+        fields = next(f for f in fields if f["name"] == name)["fields"]
+    return fields
+
+
+# ---- merging the specs of several releases ----------------------------------------------------
+
+
+def version_set(text: str | None, versions: list[int]) -> set[int]:
+    span = parse_versions(text)
+    return {v for v in versions if within(span, v)}
+
+
+def set_text(present: set[int], top: int, open_ended: bool, what: str) -> str:
+    """A version set as spec text; it must be one contiguous range."""
+    if not present:
+        return "none"
+    low, high = min(present), max(present)
+    if len(present) != high - low + 1:
+        raise SystemExit(f"{what}: versions {sorted(present)} are not contiguous")
+    return versions_text((low, INFINITY if high == top and open_ended else high))
+
+
+def nested_fields(field_json: dict, spec: dict) -> list[dict] | None:
+    """A struct field's fields, inline or from the spec's commonStructs (None: not a struct)."""
+    if "fields" in field_json:
+        return field_json["fields"]
+    element = field_json["type"].removeprefix("[]")
+    if element in FIXED or element in VARIABLE:
+        return None
+    return next(s["fields"] for s in spec.get("commonStructs", []) if s["name"] == element)
+
+
+def merged_order(lists: list[list[dict]]) -> list[str]:
+    """Field names in the newest spec's order, with fields only older specs have inserted after
+    their predecessor there."""
+    order: list[str] = []
+    for fields in reversed(lists):
+        previous = None
+        for f in fields:
+            if f["name"] not in order:
+                order.insert(order.index(previous) + 1 if previous is not None else 0, f["name"])
+            previous = f["name"]
+    return order
+
+
+def merge_fields(where: str, lists: list[list[dict] | None], specs: list[dict], owner: dict[int, int],
+                 notes: list[str]) -> list[dict]:
+    """One struct level: ``lists[i]`` are spec i's fields there (None where spec i lacks the struct)."""
+    versions = sorted(owner)
+    top = versions[-1]
+    present_lists = [fields or [] for fields in lists]
+    merged: list[dict] = []
+    for name in merged_order(present_lists):
+        by_spec = [next((f for f in fields if f["name"] == name), None) for fields in present_lists]
+        newest = next(f for f in reversed(by_spec) if f is not None)
+        what = f"{where}.{name}"
+        types = {f["type"] for f in by_spec if f is not None}
+        if len(types) > 1:
+            elements = {t.removeprefix("[]") for t in types}
+            scalar = any(e in FIXED or e in VARIABLE for e in elements)
+            if scalar or len({t.startswith("[]") for t in types}) > 1:
+                raise SystemExit(f"{what}: the specs give it different types {sorted(types)}")
+            notes.append(f"{what}: struct renamed {' -> '.join(t for t in dict.fromkeys(f['type'] for f in by_spec if f))}")
+        tags = {f.get("tag") for f in by_spec if f is not None and "tag" in f}
+        if len(tags) > 1:
+            raise SystemExit(f"{what}: the specs give it different tags {sorted(tags)}")
+
+        def owned(key: str) -> set[int]:
+            return {v for v in versions if by_spec[owner[v]] is not None
+                    and v in version_set(by_spec[owner[v]].get(key), [v])}
+
+        if not owned("versions") and by_spec[-1] is None:
+            notes.append(f"{what}: dropped (only specs that own no version have it)")
+            continue
+        top_field = by_spec[owner[top]]
+        result = dict(newest)
+        for key in ("versions", "nullableVersions", "taggedVersions"):
+            if not any(f is not None and key in f for f in by_spec):
+                continue
+            open_ended = top_field is not None and (parse_versions(top_field.get(key)) or (0, 0))[1] == INFINITY
+            text = set_text(owned(key), top, open_ended, f"{what} {key}")
+            if key == "versions" and text == "none":
+                text = newest["versions"]  # the newest spec's field at no valid version: as it has it
+            if key != "versions" and text == "none":
+                result.pop(key, None)
+            else:
+                result[key] = text
+        if tags:
+            result["tag"] = tags.pop()
+        nested = [nested_fields(f, spec) if f is not None else None for f, spec in zip(by_spec, specs)]
+        if any(n is not None for n in nested):
+            result["fields"] = merge_fields(what, nested, specs, owner, notes)
+        merged.append(result)
+    check_order(where, merged, lists, owner)
+    return merged
+
+
+def check_order(where: str, merged: list[dict], lists: list[list[dict] | None], owner: dict[int, int]) -> None:
+    """At every version the merged fields come in the order the owning spec writes them."""
+    for version, index in owner.items():
+        ours = [f["name"] for f in merged if version in version_set(f["versions"], [version])]
+        theirs = [f["name"] for f in lists[index] or [] if version in version_set(f["versions"], [version])]
+        if ours != theirs:
+            raise SystemExit(f"{where} v{version}: merged field order {ours} is not the spec's {theirs}")
+
+
+def merge_specs(specs: list[dict], notes: list[str]) -> dict:
+    """One message's specs, oldest first, as one spec. A version belongs to the newest spec
+    whose validVersions hold it; a field's version ranges are what the owning specs say."""
+    if len(specs) == 1:
+        return specs[0]
+    owner: dict[int, int] = {}
+    for index, spec in enumerate(specs):
+        low, high = parse_versions(spec["validVersions"])
+        for version in range(low, high + 1):
+            owner[version] = index
+    versions = sorted(owner)
+    name = specs[-1]["name"]
+    if len(versions) != versions[-1] - versions[0] + 1:
+        raise SystemExit(f"{name}: the specs' valid versions {versions} are not contiguous")
+    flexible = {v for v in versions if v in version_set(specs[owner[v]]["flexibleVersions"], [v])}
+    if flexible and max(flexible) != versions[-1]:
+        raise SystemExit(f"{name}: flexible versions {sorted(flexible)} do not run to the newest")
+    names = list(dict.fromkeys(s["name"] for s in specs))
+    if len(names) > 1:
+        notes.append(f"api key {specs[-1]['apiKey']}: renamed {' -> '.join(names)}")
+    for old, new in zip(specs, specs[1:]):
+        dropped = sorted(set(range(*_span(old))) - set(range(*_span(new))))
+        if dropped and dropped[0] < _span(new)[0]:
+            notes.append(f"{name}: v{versions_text((dropped[0], dropped[-1]))} kept from the older spec")
+    merged = dict(specs[-1])
+    merged.pop("commonStructs", None)
+    merged["validVersions"] = versions_text((versions[0], versions[-1]))
+    merged["flexibleVersions"] = set_text(flexible, versions[-1], True, f"{name} flexibleVersions")
+    merged["fields"] = merge_fields(name, [s["fields"] for s in specs], specs, owner, notes)
+    return merged
+
+
+def _span(spec: dict) -> tuple[int, int]:
+    low, high = parse_versions(spec["validVersions"])
+    return low, high + 1
 
 
 def build_message(spec: dict) -> Message:
@@ -732,20 +908,32 @@ def generate_index(apis: dict[int, dict[str, Message]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_all(directories: list[Path]) -> dict[tuple[int, str], list[dict]]:
+    """(api key, request/response) -> that message's specs, oldest directory first."""
+    found: dict[tuple[int, str], list[dict]] = {}
+    for directory in directories:
+        for path in sorted(directory.glob("*.json")):
+            spec = load_spec(path)
+            if spec.get("type") not in ("request", "response") or "apiKey" not in spec:
+                continue
+            found.setdefault((spec["apiKey"], spec["type"]), []).append(spec)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--specs", type=Path, default=DEFAULT_SPECS)
+    parser.add_argument("--specs", type=Path, action="append",
+                        help="a directory of message specs; repeat it, oldest first (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    directories = args.specs or DEFAULT_SPECS
     apis: dict[int, dict[str, Message]] = {}
-    for path in sorted(args.specs.glob("*.json")):
-        spec = load_spec(path)
-        if spec.get("type") not in ("request", "response") or "apiKey" not in spec:
-            continue
-        message = build_message(amend(spec))
-        apis.setdefault(message.api_key, {})[message.kind] = message
+    notes: list[str] = []
+    for (key, kind), specs in sorted(load_all(directories).items()):
+        message = build_message(amend(merge_specs(specs, notes)))
+        apis.setdefault(key, {})[kind] = message
     if not apis:
-        raise SystemExit(f"no request/response specs found in {args.specs}")
+        raise SystemExit(f"no request/response specs found in {', '.join(map(str, directories))}")
     args.out.mkdir(parents=True, exist_ok=True)
     for old in args.out.glob("*.py"):
         old.unlink()
@@ -753,12 +941,15 @@ def main(argv: list[str] | None = None) -> int:
         if set(pair) != {"request", "response"}:
             raise SystemExit(f"api key {key} lacks a request or a response spec")
         if pair["request"].valid != pair["response"].valid:
-            raise SystemExit(f"api key {key}: request and response valid versions differ")
+            raise SystemExit(f"api key {key}: request and response valid versions differ "
+                             f"({pair['request'].valid}, {pair['response'].valid})")
         for message in pair.values():
             source = generate_module(message.name, [message])
             (args.out / f"{module_name(message.name)}.py").write_text(source)
     (args.out / "__init__.py").write_text(generate_index(apis))
-    print(f"wrote {len(apis)} APIs to {args.out}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {len(apis)} APIs to {args.out} from {', '.join(map(str, directories))}", file=sys.stderr)
     return 0
 
 

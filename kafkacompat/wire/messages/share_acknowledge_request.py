@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>qq')
 _S1 = struct.Struct('>i')
+_S2 = struct.Struct('>i?')
 _Ab = tuple(struct.Struct(f'>{n}b') for n in range(64))
 
 
@@ -44,6 +45,7 @@ class ShareAcknowledgeRequest:
     group_id: str | None = None
     member_id: str | None = ''
     share_session_epoch: int = 0
+    is_renew_ack: bool = False
     topics: list[AcknowledgeTopic] = field(default_factory=list)
 
     def encode(self, version: int) -> bytearray:
@@ -159,6 +161,8 @@ def _d_AcknowledgeTopic_0(data, pos):
 
 
 def _e_ShareAcknowledgeRequest_0(m, buf):
+    if m.is_renew_ack != False:
+        raise unsupported('ShareAcknowledgeRequest', 'IsRenewAck', '2+')
     s2 = m.group_id
     if s2 is None:
         buf += b'\x00'
@@ -229,13 +233,91 @@ def _d_ShareAcknowledgeRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, f_topics), pos
+    return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, False, f_topics), pos
+
+
+def _e_ShareAcknowledgeRequest_1(m, buf):
+    s2 = m.group_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    s4 = m.member_id
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    buf += _S2.pack(m.share_session_epoch, m.is_renew_ack)
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
+        _e_AcknowledgeTopic_0(x, buf)
+    buf.append(0)
+
+
+def _d_ShareAcknowledgeRequest_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, True, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    f_share_session_epoch, f_is_renew_ack, = _S2.unpack_from(data, pos)
+    pos += 5
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n5):
+            x6, pos = _d_AcknowledgeTopic_0(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, f_is_renew_ack, f_topics), pos
 
 
 _ENCODERS_ShareAcknowledgeRequest = {
     0: _e_ShareAcknowledgeRequest_0,
+    1: _e_ShareAcknowledgeRequest_0,
+    2: _e_ShareAcknowledgeRequest_1,
 }
 _DECODERS_ShareAcknowledgeRequest = {
     0: _d_ShareAcknowledgeRequest_0,
+    1: _d_ShareAcknowledgeRequest_0,
+    2: _d_ShareAcknowledgeRequest_1,
 }
 

@@ -53,6 +53,7 @@ class ShareAcknowledgeResponse:
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareAcknowledgeTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
@@ -287,13 +288,90 @@ def _d_ShareAcknowledgeResponse_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints), pos
+    return ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, 0, f_responses, f_node_endpoints), pos
+
+
+def _e_ShareAcknowledgeResponse_1(m, buf):
+    buf += _S1.pack(m.throttle_time_ms, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S2.pack(m.acquisition_lock_timeout_ms)
+    a3 = m.responses
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ShareAcknowledgeTopicResponse_0(x, buf)
+    a5 = m.node_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
+        _e_NodeEndpoint_0(x, buf)
+    buf.append(0)
+
+
+def _d_ShareAcknowledgeResponse_1(data, pos):
+    f_throttle_time_ms, f_error_code, = _S1.unpack_from(data, pos)
+    pos += 6
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    f_acquisition_lock_timeout_ms, = _S2.unpack_from(data, pos)
+    pos += 4
+    n3, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n3 < 0:
+        f_responses = None
+    else:
+        f_responses = []
+        for _ in range(n3):
+            x4, pos = _d_ShareAcknowledgeTopicResponse_0(data, pos)
+            f_responses.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
+    if n5 < 0:
+        f_node_endpoints = None
+    else:
+        f_node_endpoints = []
+        for _ in range(n5):
+            x6, pos = _d_NodeEndpoint_0(data, pos)
+            f_node_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareAcknowledgeResponse(f_throttle_time_ms, f_error_code, f_error_message, f_acquisition_lock_timeout_ms, f_responses, f_node_endpoints), pos
 
 
 _ENCODERS_ShareAcknowledgeResponse = {
     0: _e_ShareAcknowledgeResponse_0,
+    1: _e_ShareAcknowledgeResponse_0,
+    2: _e_ShareAcknowledgeResponse_1,
 }
 _DECODERS_ShareAcknowledgeResponse = {
     0: _d_ShareAcknowledgeResponse_0,
+    1: _d_ShareAcknowledgeResponse_0,
+    2: _d_ShareAcknowledgeResponse_1,
 }
 

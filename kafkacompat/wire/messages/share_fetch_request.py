@@ -17,7 +17,10 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>qq')
 _S1 = struct.Struct('>ii')
-_S2 = struct.Struct('>iiii')
+_S2 = struct.Struct('>i')
+_S3 = struct.Struct('>iiii')
+_S4 = struct.Struct('>iiiiii')
+_S5 = struct.Struct('>iiiiiib?')
 _Ab = tuple(struct.Struct(f'>{n}b') for n in range(64))
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
@@ -56,6 +59,10 @@ class ShareFetchRequest:
     max_wait_ms: int = 0
     min_bytes: int = 0
     max_bytes: int = 2147483647
+    max_records: int = 0
+    batch_size: int = 0
+    share_acquire_mode: int = 0
+    is_renew_ack: bool = False
     topics: list[FetchTopic] = field(default_factory=list)
     forgotten_topics_data: list[ForgottenTopic] = field(default_factory=list)
 
@@ -139,6 +146,42 @@ def _d_FetchPartition_0(data, pos):
     return FetchPartition(f_partition_index, f_partition_max_bytes, f_acknowledgement_batches), pos
 
 
+def _e_FetchPartition_1(m, buf):
+    if m.partition_max_bytes != 0:
+        raise unsupported('FetchPartition', 'PartitionMaxBytes', '0')
+    buf += _S2.pack(m.partition_index)
+    a1 = m.acknowledgement_batches
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_AcknowledgementBatch_0(x, buf)
+    buf.append(0)
+
+
+def _d_FetchPartition_1(data, pos):
+    f_partition_index, = _S2.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'AcknowledgementBatches')
+    if n1 < 0:
+        f_acknowledgement_batches = None
+    else:
+        f_acknowledgement_batches = []
+        for _ in range(n1):
+            x2, pos = _d_AcknowledgementBatch_0(data, pos)
+            f_acknowledgement_batches.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return FetchPartition(f_partition_index, 0, f_acknowledgement_batches), pos
+
+
 def _e_FetchTopic_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
@@ -161,6 +204,39 @@ def _d_FetchTopic_0(data, pos):
         f_partitions = []
         for _ in range(n1):
             x2, pos = _d_FetchPartition_0(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return FetchTopic(f_topic_id, f_partitions), pos
+
+
+def _e_FetchTopic_1(m, buf):
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_FetchPartition_1(x, buf)
+    buf.append(0)
+
+
+def _d_FetchTopic_1(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_FetchPartition_1(data, pos)
             f_partitions.append(x2)
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
@@ -202,6 +278,14 @@ def _d_ForgottenTopic_0(data, pos):
 
 
 def _e_ShareFetchRequest_0(m, buf):
+    if m.max_records != 0:
+        raise unsupported('ShareFetchRequest', 'MaxRecords', '1+')
+    if m.batch_size != 0:
+        raise unsupported('ShareFetchRequest', 'BatchSize', '1+')
+    if m.share_acquire_mode != 0:
+        raise unsupported('ShareFetchRequest', 'ShareAcquireMode', '2+')
+    if m.is_renew_ack != False:
+        raise unsupported('ShareFetchRequest', 'IsRenewAck', '2+')
     s2 = m.group_id
     if s2 is None:
         buf += b'\x00'
@@ -224,7 +308,7 @@ def _e_ShareFetchRequest_0(m, buf):
         else:
             write_uvarint(buf, b3n)
         buf += b3
-    buf += _S2.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes)
+    buf += _S3.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes)
     a5 = m.topics
     n6 = len(a5)
     if n6 < 127:
@@ -263,7 +347,7 @@ def _d_ShareFetchRequest_0(data, pos):
         pos = end3
     else:
         f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S2.unpack_from(data, pos)
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S3.unpack_from(data, pos)
     pos += 16
     n5, pos = read_array_length(data, pos, True, False, 'Topics')
     if n5 < 0:
@@ -288,13 +372,201 @@ def _d_ShareFetchRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_topics, f_forgotten_topics_data), pos
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, 0, 0, 0, False, f_topics, f_forgotten_topics_data), pos
+
+
+def _e_ShareFetchRequest_1(m, buf):
+    if m.share_acquire_mode != 0:
+        raise unsupported('ShareFetchRequest', 'ShareAcquireMode', '2+')
+    if m.is_renew_ack != False:
+        raise unsupported('ShareFetchRequest', 'IsRenewAck', '2+')
+    s2 = m.group_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    s4 = m.member_id
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    buf += _S4.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes, m.max_records, m.batch_size)
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
+        _e_FetchTopic_1(x, buf)
+    a7 = m.forgotten_topics_data
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    for x in a7:
+        _e_ForgottenTopic_0(x, buf)
+    buf.append(0)
+
+
+def _d_ShareFetchRequest_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, True, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, = _S4.unpack_from(data, pos)
+    pos += 24
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n5):
+            x6, pos = _d_FetchTopic_1(data, pos)
+            f_topics.append(x6)
+    n7, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
+    if n7 < 0:
+        f_forgotten_topics_data = None
+    else:
+        f_forgotten_topics_data = []
+        for _ in range(n7):
+            x8, pos = _d_ForgottenTopic_0(data, pos)
+            f_forgotten_topics_data.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, 0, False, f_topics, f_forgotten_topics_data), pos
+
+
+def _e_ShareFetchRequest_2(m, buf):
+    s2 = m.group_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    s4 = m.member_id
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    buf += _S5.pack(m.share_session_epoch, m.max_wait_ms, m.min_bytes, m.max_bytes, m.max_records, m.batch_size, m.share_acquire_mode, m.is_renew_ack)
+    a5 = m.topics
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
+        _e_FetchTopic_1(x, buf)
+    a7 = m.forgotten_topics_data
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    for x in a7:
+        _e_ForgottenTopic_0(x, buf)
+    buf.append(0)
+
+
+def _d_ShareFetchRequest_2(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, True, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S5.unpack_from(data, pos)
+    pos += 26
+    n5, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n5 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n5):
+            x6, pos = _d_FetchTopic_1(data, pos)
+            f_topics.append(x6)
+    n7, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
+    if n7 < 0:
+        f_forgotten_topics_data = None
+    else:
+        f_forgotten_topics_data = []
+        for _ in range(n7):
+            x8, pos = _d_ForgottenTopic_0(data, pos)
+            f_forgotten_topics_data.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, f_topics, f_forgotten_topics_data), pos
 
 
 _ENCODERS_ShareFetchRequest = {
     0: _e_ShareFetchRequest_0,
+    1: _e_ShareFetchRequest_1,
+    2: _e_ShareFetchRequest_2,
 }
 _DECODERS_ShareFetchRequest = {
     0: _d_ShareFetchRequest_0,
+    1: _d_ShareFetchRequest_1,
+    2: _d_ShareFetchRequest_2,
 }
 

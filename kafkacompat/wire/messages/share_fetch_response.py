@@ -66,6 +66,7 @@ class ShareFetchResponse:
     throttle_time_ms: int = 0
     error_code: int = 0
     error_message: str | None = None
+    acquisition_lock_timeout_ms: int = 0
     responses: list[ShareFetchableTopicResponse] = field(default_factory=list)
     node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
@@ -208,6 +209,89 @@ def _d_PartitionData_0(data, pos):
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records), pos
 
 
+def _e_PartitionData_1(m, buf):
+    buf += _S2.pack(m.partition_index, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S3.pack(m.acknowledge_error_code)
+    s4 = m.acknowledge_error_message
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    _e_LeaderIdAndEpoch_0(m.current_leader, buf)
+    b5 = m.records
+    write_length(buf, len(b5), True)
+    buf += b5
+    a6 = m.acquired_records
+    n7 = len(a6)
+    if n7 < 127:
+        buf.append(n7 + 1)
+    else:
+        write_uvarint(buf, n7 + 1)
+    for x in a6:
+        _e_AcquiredRecords_0(x, buf)
+    buf.append(0)
+
+
+def _d_PartitionData_1(data, pos):
+    f_partition_index, f_error_code, = _S2.unpack_from(data, pos)
+    pos += 6
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    f_acknowledge_error_code, = _S3.unpack_from(data, pos)
+    pos += 2
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('AcknowledgeErrorMessage')
+        f_acknowledge_error_message = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_acknowledge_error_message, pos = read_string(data, pos, True, True, 'AcknowledgeErrorMessage')
+    f_current_leader, pos = _d_LeaderIdAndEpoch_0(data, pos)
+    f_records, pos = read_bytes(data, pos, True, False, 'Records', copy=False)
+    n5, pos = read_array_length(data, pos, True, False, 'AcquiredRecords')
+    if n5 < 0:
+        f_acquired_records = None
+    else:
+        f_acquired_records = []
+        for _ in range(n5):
+            x6, pos = _d_AcquiredRecords_0(data, pos)
+            f_acquired_records.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records), pos
+
+
 def _e_ShareFetchableTopicResponse_0(m, buf):
     buf += uuid_bytes(m.topic_id)
     a1 = m.partitions
@@ -230,6 +314,39 @@ def _d_ShareFetchableTopicResponse_0(data, pos):
         f_partitions = []
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareFetchableTopicResponse(f_topic_id, f_partitions), pos
+
+
+def _e_ShareFetchableTopicResponse_1(m, buf):
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_PartitionData_1(x, buf)
+    buf.append(0)
+
+
+def _d_ShareFetchableTopicResponse_1(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_PartitionData_1(data, pos)
             f_partitions.append(x2)
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
@@ -299,6 +416,8 @@ def _d_NodeEndpoint_0(data, pos):
 
 
 def _e_ShareFetchResponse_0(m, buf):
+    if m.acquisition_lock_timeout_ms != 0:
+        raise unsupported('ShareFetchResponse', 'AcquisitionLockTimeoutMs', '1+')
     buf += _S2.pack(m.throttle_time_ms, m.error_code)
     s2 = m.error_message
     if s2 is None:
@@ -365,13 +484,90 @@ def _d_ShareFetchResponse_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses, f_node_endpoints), pos
+    return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, 0, f_responses, f_node_endpoints), pos
+
+
+def _e_ShareFetchResponse_1(m, buf):
+    buf += _S2.pack(m.throttle_time_ms, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S4.pack(m.acquisition_lock_timeout_ms)
+    a3 = m.responses
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ShareFetchableTopicResponse_1(x, buf)
+    a5 = m.node_endpoints
+    n6 = len(a5)
+    if n6 < 127:
+        buf.append(n6 + 1)
+    else:
+        write_uvarint(buf, n6 + 1)
+    for x in a5:
+        _e_NodeEndpoint_0(x, buf)
+    buf.append(0)
+
+
+def _d_ShareFetchResponse_1(data, pos):
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(data, pos)
+    pos += 6
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    f_acquisition_lock_timeout_ms, = _S4.unpack_from(data, pos)
+    pos += 4
+    n3, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n3 < 0:
+        f_responses = None
+    else:
+        f_responses = []
+        for _ in range(n3):
+            x4, pos = _d_ShareFetchableTopicResponse_1(data, pos)
+            f_responses.append(x4)
+    n5, pos = read_array_length(data, pos, True, False, 'NodeEndpoints')
+    if n5 < 0:
+        f_node_endpoints = None
+    else:
+        f_node_endpoints = []
+        for _ in range(n5):
+            x6, pos = _d_NodeEndpoint_0(data, pos)
+            f_node_endpoints.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_acquisition_lock_timeout_ms, f_responses, f_node_endpoints), pos
 
 
 _ENCODERS_ShareFetchResponse = {
     0: _e_ShareFetchResponse_0,
+    1: _e_ShareFetchResponse_1,
+    2: _e_ShareFetchResponse_1,
 }
 _DECODERS_ShareFetchResponse = {
     0: _d_ShareFetchResponse_0,
+    1: _d_ShareFetchResponse_1,
+    2: _d_ShareFetchResponse_1,
 }
 

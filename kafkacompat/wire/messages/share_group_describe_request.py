@@ -71,8 +71,10 @@ def _d_ShareGroupDescribeRequest_0(data, pos):
 
 _ENCODERS_ShareGroupDescribeRequest = {
     0: _e_ShareGroupDescribeRequest_0,
+    1: _e_ShareGroupDescribeRequest_0,
 }
 _DECODERS_ShareGroupDescribeRequest = {
     0: _d_ShareGroupDescribeRequest_0,
+    1: _d_ShareGroupDescribeRequest_0,
 }
 

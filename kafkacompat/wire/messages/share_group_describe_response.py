@@ -402,8 +402,10 @@ def _d_ShareGroupDescribeResponse_0(data, pos):
 
 _ENCODERS_ShareGroupDescribeResponse = {
     0: _e_ShareGroupDescribeResponse_0,
+    1: _e_ShareGroupDescribeResponse_0,
 }
 _DECODERS_ShareGroupDescribeResponse = {
     0: _d_ShareGroupDescribeResponse_0,
+    1: _d_ShareGroupDescribeResponse_0,
 }
 

@@ -129,8 +129,10 @@ def _d_ShareGroupHeartbeatRequest_0(data, pos):
 
 _ENCODERS_ShareGroupHeartbeatRequest = {
     0: _e_ShareGroupHeartbeatRequest_0,
+    1: _e_ShareGroupHeartbeatRequest_0,
 }
 _DECODERS_ShareGroupHeartbeatRequest = {
     0: _d_ShareGroupHeartbeatRequest_0,
+    1: _d_ShareGroupHeartbeatRequest_0,
 }
 

@@ -189,8 +189,10 @@ def _d_ShareGroupHeartbeatResponse_0(data, pos):
 
 _ENCODERS_ShareGroupHeartbeatResponse = {
     0: _e_ShareGroupHeartbeatResponse_0,
+    1: _e_ShareGroupHeartbeatResponse_0,
 }
 _DECODERS_ShareGroupHeartbeatResponse = {
     0: _d_ShareGroupHeartbeatResponse_0,
+    1: _d_ShareGroupHeartbeatResponse_0,
 }
 

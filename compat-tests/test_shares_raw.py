@@ -19,7 +19,7 @@ from kafkacompat.wire.errors import ErrorCode  # noqa: E402
 from kafkacompat.wire.frame import is_flexible  # noqa: E402
 
 HEARTBEAT, DESCRIBE, FETCH, ACKNOWLEDGE = 76, 77, 78, 79
-VERSIONS = {HEARTBEAT: 0, DESCRIBE: 0, FETCH: 0, ACKNOWLEDGE: 0}
+VERSIONS = {HEARTBEAT: 1, DESCRIBE: 1, FETCH: 1, ACKNOWLEDGE: 1}
 ACCEPT, RELEASE, REJECT = 1, 2, 3
 
 
@@ -75,11 +75,10 @@ class Member:
         cls = codec.request_class(FETCH)
         batches = [cls.FetchTopic.FetchPartition.AcknowledgementBatch(first_offset=f, last_offset=l,
                                                                       acknowledge_types=[t]) for f, l, t in acks]
-        partition = cls.FetchTopic.FetchPartition(partition_index=0, partition_max_bytes=1 << 20,
-                                                  acknowledgement_batches=batches)
+        partition = cls.FetchTopic.FetchPartition(partition_index=0, acknowledgement_batches=batches)
         answer = call(self.conn, FETCH, group_id=self.group, member_id=self.member_id,
                       share_session_epoch=self.session_epoch if epoch is None else epoch, max_wait_ms=max_wait_ms,
-                      min_bytes=1, max_bytes=1 << 20,
+                      min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500,
                       topics=[cls.FetchTopic(topic_id=self.topic_id, partitions=[partition])])
         if answer.error_code == 0 and epoch is None:
             self.session_epoch += 1

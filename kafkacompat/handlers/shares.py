@@ -58,7 +58,7 @@ def _valid_member_id(member_id: str | None) -> bool:
 # ---- ShareGroupHeartbeat / ShareGroupDescribe ---------------------------------------------------
 
 
-@handles(SHARE_GROUP_HEARTBEAT, 0, 0)
+@handles(SHARE_GROUP_HEARTBEAT, 1, 1)
 async def handle_share_group_heartbeat(request, ctx: RequestContext):
     result = shares(ctx).groups.heartbeat(
         request.group_id, request.member_id, request.member_epoch, request.rack_id, request.subscribed_topic_names,
@@ -76,7 +76,7 @@ async def handle_share_group_heartbeat(request, ctx: RequestContext):
                         heartbeat_interval_ms=result.heartbeat_interval_ms, assignment=assignment)
 
 
-@handles(SHARE_GROUP_DESCRIBE, 0, 0)
+@handles(SHARE_GROUP_DESCRIBE, 1, 1)
 async def handle_share_group_describe(request, ctx: RequestContext):
     cls = response_class(SHARE_GROUP_DESCRIBE)
     group_cls = cls.DescribedGroup
@@ -121,10 +121,8 @@ def _acknowledgements(partition) -> list[AcknowledgementBatch]:
 
 
 def _top_level_error(api_key: int, ctx: RequestContext, code: int, message: str | None):
-    fields = dict(throttle_time_ms=0, error_code=code, error_message=message, responses=[], node_endpoints=[])
-    if api_key == SHARE_FETCH and ctx.version >= 1:
-        fields["acquisition_lock_timeout_ms"] = 0
-    return response_for(api_key, ctx, **fields)
+    return response_for(api_key, ctx, throttle_time_ms=0, error_code=code, error_message=message,
+                        acquisition_lock_timeout_ms=0, responses=[], node_endpoints=[])
 
 
 class _Results:
@@ -142,8 +140,6 @@ class _Results:
         partition = self.partitions.get(key)
         if partition is None:
             partition = self.partitions[key] = self.topic_cls.PartitionData(partition_index=key[1])
-            if self.api_key == SHARE_FETCH:
-                partition.records = None
             self._leader(key, partition)
         return partition
 
@@ -193,7 +189,7 @@ def _forgotten(request) -> list[PartitionKey]:
     return [(t.topic_id, index) for t in request.forgotten_topics_data or [] for index in t.partitions or []]
 
 
-@handles(SHARE_FETCH, 0, 0)
+@handles(SHARE_FETCH, 1, 2)
 async def handle_share_fetch(request, ctx: RequestContext):
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group_id:
@@ -235,9 +231,8 @@ async def handle_share_fetch(request, ctx: RequestContext):
     else:
         await _fetch_into(ctx, request, group_id, member_id, list(session.partitions), results)
     return response_for(SHARE_FETCH, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                        responses=results.topics(), node_endpoints=results.node_endpoints(),
-                        **({"acquisition_lock_timeout_ms": shares(ctx).partitions.lock_duration_ms}
-                           if ctx.version >= 1 else {}))
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
+                        responses=results.topics(), node_endpoints=results.node_endpoints())
 
 
 async def _fetch_into(ctx: RequestContext, request, group_id: str, member_id: str, keys: list[PartitionKey],
@@ -276,7 +271,7 @@ async def _close_session(ctx: RequestContext, group_id: str, member_id: str) -> 
 # ---- ShareAcknowledge ------------------------------------------------------------------------------
 
 
-@handles(SHARE_ACKNOWLEDGE, 0, 0)
+@handles(SHARE_ACKNOWLEDGE, 1, 2)
 async def handle_share_acknowledge(request, ctx: RequestContext):
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group_id:
@@ -301,6 +296,7 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
     if epoch == FINAL_EPOCH:
         await _close_session(ctx, group_id, member_id)
     return response_for(SHARE_ACKNOWLEDGE, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
                         responses=results.topics(), node_endpoints=results.node_endpoints())
 
 

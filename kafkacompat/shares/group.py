@@ -114,8 +114,9 @@ class ShareGroupCoordinator:
         member.rack_id = rack_id
         member.client_id, member.client_host = client_id, client_host
         if subscribed is not None and tuple(subscribed) != member.subscribed_topics:
+            if member.subscribed_topics:  # a new member's subscription came with its join's bump
+                group.group_epoch += 1
             member.subscribed_topics = tuple(subscribed)
-            group.group_epoch += 1
         member.deadline = self.now() + self.config.group_share_session_timeout_ms / 1000
         sent = self._reconcile(group, member, full=member_epoch == 0)
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.member_epoch,

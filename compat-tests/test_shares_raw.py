@@ -243,3 +243,29 @@ def test_a_dropped_connection_ends_its_share_session_and_releases_the_records(br
             assert acquired(a.fetch(max_wait_ms=5000)) == [(0, 0, 1)]
         # a's socket closed without a word: b's long poll gets the record well before the lock expires
         assert acquired(b.fetch(max_wait_ms=20000)) == [(0, 0, 1)]
+
+
+def test_describe_share_group_offsets(broker, topic):
+    describe = 90
+    cls = codec.request_class(describe)
+    group_cls = cls.DescribeShareGroupOffsetsRequestGroup
+    with RawConnection(broker.bootstrap) as conn:
+        group = f"g-{topic}"
+        member = Member(conn, group, topic)
+        member.join()
+
+        def start_offsets(topics):
+            (answer,) = call(conn, describe, 0, groups=[group_cls(group_id=group, topics=topics)]).groups
+            return {(t.topic_name, p.partition_index): (p.start_offset, p.error_code)
+                    for t in answer.topics for p in t.partitions}
+
+        assert start_offsets(None) == {(topic, 0): (-1, 0)}  # not started yet
+        member.fetch()
+        confluent_send(broker.bootstrap, topic, [Msg(b"a"), Msg(b"b"), Msg(b"c")])
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 2, 1)]
+        member.acknowledge([(0, 1, ACCEPT)])
+        assert start_offsets(None) == {(topic, 0): (2, 0)}
+        asked = [group_cls.DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0, 5]),
+                 group_cls.DescribeShareGroupOffsetsRequestTopic(topic_name="no-such-topic", partitions=[0])]
+        assert start_offsets(asked) == {(topic, 0): (2, 0), (topic, 5): (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                                        ("no-such-topic", 0): (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}

@@ -355,3 +355,58 @@ async def handle_write_share_group_state(request, ctx: RequestContext):
             partitions.append(result_cls(partition=p.partition))
         results.append(cls.WriteStateResult(topic_id=topic.topic_id, partitions=partitions))
     return response_for(WRITE_SHARE_GROUP_STATE, ctx, results=results)
+
+
+# ---- DescribeShareGroupOffsets ---------------------------------------------------------------------
+
+DESCRIBE_SHARE_GROUP_OFFSETS = 90
+
+
+@handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_describe_share_group_offsets(request, ctx: RequestContext):
+    cls = response_class(DESCRIBE_SHARE_GROUP_OFFSETS)
+    return response_for(DESCRIBE_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0,
+                        groups=[await _describe_offsets(ctx, group, cls) for group in request.groups or []])
+
+
+async def _describe_offsets(ctx: RequestContext, group, cls):
+    """A share group's start offset per partition, from the share coordinator (-1 for a
+    partition the group has not started consuming), as Kafka's DescribeShareGroupOffsets."""
+    group_cls = cls.DescribeShareGroupOffsetsResponseGroup
+    topic_cls = group_cls.DescribeShareGroupOffsetsResponseTopic
+    partition_cls = topic_cls.DescribeShareGroupOffsetsResponsePartition
+    error, message, share_group = shares(ctx).groups.describe(group.group_id)
+    if error and error != ErrorCode.GROUP_ID_NOT_FOUND:
+        return group_cls(group_id=group.group_id, error_code=error, error_message=message)
+    if group.topics is None:
+        names = sorted(share_group.subscribed_topics()) if share_group is not None else []
+        wanted = [(name, None) for name in names]
+    else:
+        wanted = [(t.topic_name, list(t.partitions or [])) for t in group.topics]
+    topics = []
+    for name, partitions in wanted:
+        topic = ctx.metadata.topic(name)
+        if topic is None:
+            topics.append(topic_cls(topic_name=name, partitions=[
+                partition_cls(partition_index=p, start_offset=-1, leader_epoch=-1,
+                              error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p in partitions or []]))
+            continue
+        described = []
+        for index in range(topic.partitions) if partitions is None else partitions:
+            described.append(await _described_partition(ctx, group.group_id, topic, index, partition_cls))
+        topics.append(topic_cls(topic_name=name, topic_id=topic.topic_id, partitions=described))
+    return group_cls(group_id=group.group_id, topics=topics)
+
+
+async def _described_partition(ctx: RequestContext, group_id: str, topic: "TopicInfo", index: int, partition_cls):
+    if not 0 <= index < topic.partitions:
+        return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1,
+                             error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    try:
+        state = await shares(ctx).partitions.persister.read_state((group_id, topic.topic_id, index))
+    except KafkaError as exc:
+        return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1, error_code=exc.code,
+                             error_message=exc.message)
+    if state is None:
+        return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1)
+    return partition_cls(partition_index=index, start_offset=state.start_offset, leader_epoch=state.leader_epoch)

@@ -229,6 +229,10 @@ def test_describe_a_share_group(broker, topic):
         assert [(tp.topic_name, tp.partitions) for tp in m.assignment.topic_partitions] == [(topic, [0])]
         (missing,) = call(conn, DESCRIBE, group_ids=["no-such-share-group"]).groups
         assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        listed = call(conn, 16, 5, types_filter=["Share"]).groups
+        assert [(g.group_id, g.group_type, g.group_state) for g in listed if g.group_id == group] == \
+            [(group, "share", "Stable")]
+        assert group not in [g.group_id for g in call(conn, 16, 5, types_filter=["classic"]).groups]
 
 
 def test_a_dropped_connection_ends_its_share_session_and_releases_the_records(broker, topic):

@@ -231,6 +231,9 @@ async def handle_list_groups(request, ctx: RequestContext):
                    group_type="classic")
         for g in coordinator(ctx).list_groups(states, types)
     ]
+    if ctx.services.shares is not None:
+        groups += [listed_cls(group_id=g.group_id, protocol_type="share", group_state=g.state, group_type="share")
+                   for g in ctx.services.shares.groups.list_groups(states, types)]
     return response_for(LIST_GROUPS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 

@@ -223,6 +223,14 @@ class ShareGroupCoordinator:
             except Exception:
                 log.exception("Expiring share group members failed; retrying")
 
+    def list_groups(self, states: list[str] | None, types: list[str] | None) -> list[ShareGroup]:
+        """ListGroups' share groups (type "share"; states Empty and Stable), on this coordinator."""
+        if types and "share" not in {t.lower() for t in types}:
+            return []
+        wanted = {s.lower() for s in states} if states else None
+        return [g for g in self.groups.values()
+                if self.classic.is_coordinator_for(g.group_id) and (wanted is None or g.state.lower() in wanted)]
+
     # ---- describe / delete ------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> tuple[int, str | None, ShareGroup | None]:

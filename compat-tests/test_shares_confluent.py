@@ -165,3 +165,39 @@ def test_an_expired_lock_redelivers_to_another_member_until_the_delivery_limit_a
         members.produce([b"next"])
         after = poll_records(other, what="the next record")
         assert [(m.value(), m.delivery_count()) for m in after] == [(b"next", 1)]
+
+
+@pytest.mark.parametrize("stop", ["clean", "sigkill"])
+def test_accepted_records_are_not_redelivered_after_a_broker_restart(tmp_path, stop):
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        topic = new_topic(broker)
+        values = [b"r-%02d" % i for i in range(10)]
+        with Members(broker, topic, 1, **{"max.poll.records": 100}) as first:
+            (consumer,) = first.consumers
+            first.started()
+            first.produce(values)
+            received = []
+            while len(received) < len(values):
+                received += poll_records(consumer)
+            assert [m.value() for m in received] == values
+            for message in received[:6]:
+                consumer.acknowledge(message)
+            consumer.commit_sync()
+            # the broker stops while the last four are still acquired by this member
+            broker.stop() if stop == "clean" else broker.kill()
+            broker.start()
+            with Members(broker, topic, 1, **{"max.poll.records": 100}) as second:
+                (other,) = second.consumers
+                redelivered = []
+                while len(redelivered) < 4:
+                    redelivered += poll_records(other, what="the unacknowledged records")
+                assert [m.value() for m in redelivered] == values[6:]
+                for message in redelivered:
+                    other.acknowledge(message)
+                other.commit_sync()
+                second.produce([b"after"])
+                # nothing accepted before the restart comes back before (or with) the next record
+                assert [m.value() for m in poll_records(other, what="the next record")] == [b"after"]
+    finally:
+        broker.kill()

@@ -273,3 +273,13 @@ def test_describe_share_group_offsets(broker, topic):
                  group_cls.DescribeShareGroupOffsetsRequestTopic(topic_name="no-such-topic", partitions=[0])]
         assert start_offsets(asked) == {(topic, 0): (2, 0), (topic, 5): (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                                         ("no-such-topic", 0): (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
+
+
+def test_find_coordinator_finds_the_share_coordinator(broker, topic):
+    with RawConnection(broker.bootstrap) as conn:
+        member = Member(conn, f"g-{topic}", topic)
+        member.join()
+        topic_id = base64.urlsafe_b64encode(member.topic_id.bytes).decode().rstrip("=")
+        found = call(conn, 10, 6, key_type=2, coordinator_keys=[f"g-{topic}:{topic_id}:0", "no-colons"]).coordinators
+        assert [(c.error_code, c.node_id, c.port) for c in found] == [
+            (0, 0, broker.port), (ErrorCode.INVALID_REQUEST, -1, -1)]

@@ -25,6 +25,7 @@ DELETE_GROUPS = 42
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+SHARE_KEY_TYPE = 2
 # With no authorizer every group operation is allowed: READ, DELETE, DESCRIBE (AclOperation codes).
 GROUP_OPERATIONS = frozenset({3, 6, 8})
 
@@ -83,6 +84,10 @@ async def _find_group_coordinator(ctx: RequestContext, key: str) -> tuple[int, i
 async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
         return await _find_group_coordinator(ctx, key)
+    if key_type == SHARE_KEY_TYPE and ctx.version >= 6 and ctx.services.shares is not None:
+        from kafkacompat.handlers.shares import find_share_coordinator
+
+        return await find_share_coordinator(ctx, key)
     if key_type != TRANSACTION_KEY_TYPE:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     me = ctx.metadata.brokers().get(ctx.metadata.node_id)

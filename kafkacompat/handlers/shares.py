@@ -410,3 +410,36 @@ async def _described_partition(ctx: RequestContext, group_id: str, topic: "Topic
     if state is None:
         return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1)
     return partition_cls(partition_index=index, start_offset=state.start_offset, leader_epoch=state.leader_epoch)
+
+
+# ---- FindCoordinator key type share ---------------------------------------------------------------
+
+
+def _share_partition_key(key: str) -> tuple[str, uuid.UUID, int]:
+    """Kafka's SharePartitionKey.getInstance: "group:topicId:partition", topic id in Kafka's base64."""
+    try:
+        group_id, topic_id, partition = key.rsplit(":", 2)
+        raw = base64.urlsafe_b64decode(topic_id + "==")
+        if not group_id or len(raw) != 16:
+            raise ValueError(key)
+        return group_id, uuid.UUID(bytes=raw), int(partition)
+    except (ValueError, binascii.Error):
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid share coordinator key {key!r}") from None
+
+
+async def find_share_coordinator(ctx: RequestContext, key: str) -> tuple[int, int, str, int]:
+    """The share coordinator of a share partition: the leader of its __share_group_state partition."""
+    from kafkacompat.shares.records import SHARE_STATE_TOPIC
+
+    try:
+        share_key = _share_partition_key(key)
+    except KafkaError as exc:
+        return exc.code, -1, "", -1
+    store = shares(ctx).state
+    if store.topic() is None and await store.ensure_topic() is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    state = ctx.metadata.partition_state(SHARE_STATE_TOPIC, store.partition_for(share_key))
+    info = ctx.metadata.brokers().get(state.leader) if state is not None else None
+    if info is None:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+    return ErrorCode.NONE, info.broker_id, info.host, info.port

@@ -283,3 +283,37 @@ def test_find_coordinator_finds_the_share_coordinator(broker, topic):
         found = call(conn, 10, 6, key_type=2, coordinator_keys=[f"g-{topic}:{topic_id}:0", "no-colons"]).coordinators
         assert [(c.error_code, c.node_id, c.port) for c in found] == [
             (0, 0, broker.port), (ErrorCode.INVALID_REQUEST, -1, -1)]
+
+
+def test_renew_needs_v2_and_keeps_the_records_acquired(broker, topic):
+    renew = 4
+    with RawConnection(broker.bootstrap) as conn:
+        member = Member(conn, f"g-{topic}", topic)
+        member.join()
+        member.fetch()
+        confluent_send(broker.bootstrap, topic, [Msg(b"r")])
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 0, 1)]
+        assert member.acknowledge([(0, 0, renew)], epoch=member.session_epoch).error_code == ErrorCode.INVALID_REQUEST
+        cls = codec.request_class(ACKNOWLEDGE)
+        partition = cls.AcknowledgeTopic.AcknowledgePartition(partition_index=0, acknowledgement_batches=[
+            cls.AcknowledgeTopic.AcknowledgePartition.AcknowledgementBatch(first_offset=0, last_offset=0,
+                                                                          acknowledge_types=[renew])])
+        answer = call(conn, ACKNOWLEDGE, 2, group_id=member.group, member_id=member.member_id,
+                      share_session_epoch=member.session_epoch, is_renew_ack=True,
+                      topics=[cls.AcknowledgeTopic(topic_id=member.topic_id, partitions=[partition])])
+        assert answer.error_code == 0 and partition_errors(answer) == [0]
+        member.session_epoch += 1
+        assert partition_errors(member.acknowledge([(0, 0, ACCEPT)])) == [0]
+
+
+def test_unknown_topic_ids_are_answered_and_not_kept_in_the_session(broker, topic):
+    with RawConnection(broker.bootstrap) as conn:
+        member = Member(conn, f"g-{topic}", topic)
+        member.join()
+        real = member.topic_id
+        member.topic_id = uuid.uuid4()
+        answer = member.fetch()
+        assert answer.error_code == 0 and partition_errors(answer) == [ErrorCode.UNKNOWN_TOPIC_ID]
+        member.topic_id = real
+        answer = member.fetch()  # incremental: the real partition joins, with nothing to say yet
+        assert answer.error_code == 0 and partition_errors(answer) == []

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
-from kafkacompat.shares.partition import AcknowledgementBatch, AcquireMode
+from kafkacompat.shares.partition import AcknowledgementBatch, AcknowledgeType, AcquireMode
 from kafkacompat.shares.sessions import FINAL_EPOCH, INITIAL_EPOCH, check_epoch
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -180,6 +180,17 @@ async def _acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
         setattr(partition, error_field.replace("_code", "_message"), message)
 
 
+def _partition_error(ctx: RequestContext, key: PartitionKey) -> int:
+    topic = ctx.metadata.topic_by_id(key[0])
+    if topic is None:
+        return ErrorCode.UNKNOWN_TOPIC_ID
+    return ErrorCode.NONE if 0 <= key[1] < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _has_renew(requested: list[tuple[PartitionKey, list[AcknowledgementBatch]]]) -> bool:
+    return any(AcknowledgeType.RENEW in batch.types for _, batches in requested for batch in batches)
+
+
 def _fetch_request_partitions(request) -> list[tuple[PartitionKey, list[AcknowledgementBatch]]]:
     return [((topic.topic_id, p.partition_index), _acknowledgements(p))
             for topic in request.topics or [] for p in topic.partitions or []]
@@ -201,13 +212,18 @@ async def handle_share_fetch(request, ctx: RequestContext):
         return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST, f"Unknown share acquire mode {mode}.")
     requested = _fetch_request_partitions(request)
     has_acks = any(batches for _, batches in requested)
+    if ctx.version < 2 and _has_renew(requested):
+        return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST,
+                                "Acknowledge type RENEW needs ShareFetch v2.")
+    # Only partitions that exist join the session (a request cannot grow it with made-up ids).
+    known = [key for key, _ in requested if _partition_error(ctx, key) == ErrorCode.NONE]
     sessions = shares(ctx).partitions.sessions
     try:
         if epoch == INITIAL_EPOCH:
             if has_acks:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  "Acknowledgements are not allowed in the share fetch opening a share session.")
-            session = sessions.open(group_id, member_id, [key for key, _ in requested])
+            session = sessions.open(group_id, member_id, known)
             if ctx.connection is not None:
                 manager = shares(ctx).partitions
                 ctx.connection.close_callbacks[("share-session", group_id, member_id)] = \
@@ -218,17 +234,18 @@ async def handle_share_fetch(request, ctx: RequestContext):
                                  "The share fetch closing a share session can only carry acknowledgements.")
             session = sessions.existing(group_id, member_id)
         else:
-            session = sessions.update(group_id, member_id, epoch, [key for key, _ in requested], _forgotten(request))
+            session = sessions.update(group_id, member_id, epoch, known, _forgotten(request))
     except KafkaError as exc:
         return _top_level_error(SHARE_FETCH, ctx, exc.code, exc.message)
     results = _Results(ctx, SHARE_FETCH)
-    if epoch == INITIAL_EPOCH:
-        for key, _ in requested:
-            results.get(key)
+    for key, _ in requested:
+        error = _partition_error(ctx, key)
+        if error or epoch == INITIAL_EPOCH:
+            results.get(key).error_code = error
     await _acknowledge_all(ctx, group_id, member_id, requested, results, error_field="acknowledge_error_code")
     if epoch == FINAL_EPOCH:
         await _close_session(ctx, group_id, member_id)
-    else:
+    elif not getattr(request, "is_renew_ack", False) and mode != RENEW_ACQUIRE_MODE:
         await _fetch_into(ctx, request, group_id, member_id, list(session.partitions), results)
     return response_for(SHARE_FETCH, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
                         acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
@@ -238,8 +255,6 @@ async def handle_share_fetch(request, ctx: RequestContext):
 async def _fetch_into(ctx: RequestContext, request, group_id: str, member_id: str, keys: list[PartitionKey],
                       results: _Results) -> None:
     mode = getattr(request, "share_acquire_mode", AcquireMode.BATCH_OPTIMIZED)
-    if mode == RENEW_ACQUIRE_MODE:
-        return
     wanted: list[tuple["TopicInfo", int]] = []
     for key in keys:
         topic = ctx.metadata.topic_by_id(key[0])
@@ -278,6 +293,11 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
         return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_GROUP_ID, "The group id is empty.")
     if not _valid_member_id(member_id):
         return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_REQUEST, f"Invalid member id {member_id!r}.")
+    requested = [((topic.topic_id, p.partition_index), _acknowledgements(p))
+                 for topic in request.topics or [] for p in topic.partitions or []]
+    if ctx.version < 2 and _has_renew(requested):
+        return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_REQUEST,
+                                "Acknowledge type RENEW needs ShareAcknowledge v2.")
     sessions = shares(ctx).partitions.sessions
     try:
         if epoch == INITIAL_EPOCH:
@@ -289,8 +309,6 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
             session.next_epoch()
     except KafkaError as exc:
         return _top_level_error(SHARE_ACKNOWLEDGE, ctx, exc.code, exc.message)
-    requested = [((topic.topic_id, p.partition_index), _acknowledgements(p))
-                 for topic in request.topics or [] for p in topic.partitions or []]
     results = _Results(ctx, SHARE_ACKNOWLEDGE)
     await _acknowledge_all(ctx, group_id, member_id, requested, results, error_field="error_code")
     if epoch == FINAL_EPOCH:

@@ -317,3 +317,45 @@ def test_unknown_topic_ids_are_answered_and_not_kept_in_the_session(broker, topi
         member.topic_id = real
         answer = member.fetch()  # incremental: the real partition joins, with nothing to say yet
         assert answer.error_code == 0 and partition_errors(answer) == []
+
+
+def test_alter_and_delete_share_group_offsets_of_an_empty_group(broker, topic):
+    alter, delete = 91, 92
+    alter_cls, delete_cls = codec.request_class(alter), codec.request_class(delete)
+    group = f"g-{topic}"
+
+    def altered(start_offset):
+        topic_cls = alter_cls.AlterShareGroupOffsetsRequestTopic
+        return call(conn, alter, 0, group_id=group, topics=[topic_cls(
+            topic_name=topic, partitions=[topic_cls.AlterShareGroupOffsetsRequestPartition(
+                partition_index=0, start_offset=start_offset)])])
+
+    with RawConnection(broker.bootstrap) as conn:
+        member = Member(conn, group, topic)
+        member.join()
+        member.fetch()
+        confluent_send(broker.bootstrap, topic, [Msg(b"%d" % i) for i in range(5)])
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 4, 1)]
+        member.acknowledge([(0, 4, ACCEPT)])
+        assert altered(0).error_code == ErrorCode.NON_EMPTY_GROUP
+        call(conn, HEARTBEAT, group_id=group, member_id=member.member_id, member_epoch=-1)
+        answer = altered(1)
+        assert answer.error_code == 0
+        assert [p.error_code for t in answer.responses for p in t.partitions] == [0]
+        # the group starts again at offset 1, every record a first delivery
+        again = Member(conn, group, topic)
+        again.join()
+        assert acquired(again.fetch(max_wait_ms=5000)) == [(1, 4, 1)]
+        call(conn, HEARTBEAT, group_id=group, member_id=again.member_id, member_epoch=-1)
+        deleted = call(conn, delete, 0, group_id=group,
+                       topics=[delete_cls.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)])
+        assert deleted.error_code == 0 and [t.error_code for t in deleted.responses] == [0]
+        # without state the group starts at the log end (share.auto.offset.reset=latest)
+        fresh = Member(conn, group, topic)
+        fresh.join()
+        assert acquired(fresh.fetch()) == []
+        confluent_send(broker.bootstrap, topic, [Msg(b"later")])
+        assert acquired(fresh.fetch(max_wait_ms=5000)) == [(5, 5, 1)]
+        missing = call(conn, delete, 0, group_id="no-such-share-group",
+                       topics=[delete_cls.DeleteShareGroupOffsetsRequestTopic(topic_name=topic)])
+        assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -366,7 +366,7 @@ async def handle_write_share_group_state(request, ctx: RequestContext):
                        for b in p.state_batches or []]
             try:
                 await store.write((request.group_id, topic.topic_id, p.partition), p.leader_epoch, p.start_offset,
-                                  batches)
+                                  batches, p.state_epoch)
             except KafkaError as exc:
                 partitions.append(result_cls(partition=p.partition, error_code=exc.code, error_message=exc.message))
                 continue
@@ -461,3 +461,125 @@ async def find_share_coordinator(ctx: RequestContext, key: str) -> tuple[int, in
     if info is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     return ErrorCode.NONE, info.broker_id, info.host, info.port
+
+
+# ---- AlterShareGroupOffsets / DeleteShareGroupOffsets ------------------------------------------------
+
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_SHARE_GROUP_OFFSETS = 92
+
+
+@handles(ALTER_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_alter_share_group_offsets(request, ctx: RequestContext):
+    """Set an empty share group's start offsets (a new state epoch, nothing in flight)."""
+    cls = response_class(ALTER_SHARE_GROUP_OFFSETS)
+    topic_cls = cls.AlterShareGroupOffsetsResponseTopic
+    partition_cls = topic_cls.AlterShareGroupOffsetsResponsePartition
+    try:
+        shares(ctx).groups.empty_group_for_offsets(request.group_id, create=True)
+    except KafkaError as exc:
+        return response_for(ALTER_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0, error_code=exc.code,
+                            error_message=exc.message, responses=[])
+    responses = []
+    for requested in request.topics or []:
+        topic = ctx.metadata.topic(requested.topic_name)
+        partitions = []
+        for p in requested.partitions or []:
+            code, message = ErrorCode.NONE, None
+            if topic is None or not 0 <= p.partition_index < topic.partitions:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif p.start_offset < 0:
+                code, message = ErrorCode.INVALID_REQUEST, f"Start offset {p.start_offset} is negative."
+            else:
+                code, message = await _change_state(ctx, (request.group_id, topic.topic_id, p.partition_index),
+                                                    p.start_offset)
+            partitions.append(partition_cls(partition_index=p.partition_index, error_code=code, error_message=message))
+        responses.append(topic_cls(topic_name=requested.topic_name,
+                                   topic_id=topic.topic_id if topic is not None else uuid.UUID(int=0),
+                                   partitions=partitions))
+    return response_for(ALTER_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE,
+                        error_message=None, responses=responses)
+
+
+@handles(DELETE_SHARE_GROUP_OFFSETS, 0, 0)
+async def handle_delete_share_group_offsets(request, ctx: RequestContext):
+    """Forget an empty share group's state of whole topics: it starts afresh at
+    share.auto.offset.reset on its next fetch."""
+    cls = response_class(DELETE_SHARE_GROUP_OFFSETS)
+    topic_cls = cls.DeleteShareGroupOffsetsResponseTopic
+    try:
+        shares(ctx).groups.empty_group_for_offsets(request.group_id, create=False)
+    except KafkaError as exc:
+        return response_for(DELETE_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0, error_code=exc.code,
+                            error_message=exc.message, responses=[])
+    responses = []
+    for requested in request.topics or []:
+        topic = ctx.metadata.topic(requested.topic_name)
+        if topic is None:
+            responses.append(topic_cls(topic_name=requested.topic_name,
+                                       error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            continue
+        code, message = ErrorCode.NONE, None
+        for index in range(topic.partitions):
+            code, message = await _change_state(ctx, (request.group_id, topic.topic_id, index), None)
+            if code:
+                break
+        responses.append(topic_cls(topic_name=topic.name, topic_id=topic.topic_id, error_code=code,
+                                   error_message=message))
+    return response_for(DELETE_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE,
+                        error_message=None, responses=responses)
+
+
+async def _change_state(ctx: RequestContext, key: tuple[str, uuid.UUID, int],
+                        start_offset: int | None) -> tuple[int, str | None]:
+    manager = shares(ctx).partitions
+    try:
+        if start_offset is None:
+            await manager.persister.delete_state(key)
+        else:
+            await manager.persister.initialize_state(key, start_offset)
+    except KafkaError as exc:
+        return exc.code, exc.message
+    finally:
+        manager.invalidate(key)
+    return ErrorCode.NONE, None
+
+
+# ---- InitializeShareGroupState / DeleteShareGroupState (between brokers) -----------------------------
+
+INITIALIZE_SHARE_GROUP_STATE = 83
+DELETE_SHARE_GROUP_STATE = 86
+
+
+@handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0)
+async def handle_initialize_share_group_state(request, ctx: RequestContext):
+    cls = response_class(INITIALIZE_SHARE_GROUP_STATE)
+    result_cls = cls.InitializeStateResult.PartitionResult
+    results = []
+    for topic in request.topics or []:
+        partitions = []
+        for p in topic.partitions or []:
+            try:
+                await shares(ctx).state.initialize((request.group_id, topic.topic_id, p.partition), p.start_offset)
+                partitions.append(result_cls(partition=p.partition))
+            except KafkaError as exc:
+                partitions.append(result_cls(partition=p.partition, error_code=exc.code, error_message=exc.message))
+        results.append(cls.InitializeStateResult(topic_id=topic.topic_id, partitions=partitions))
+    return response_for(INITIALIZE_SHARE_GROUP_STATE, ctx, results=results)
+
+
+@handles(DELETE_SHARE_GROUP_STATE, 0, 0)
+async def handle_delete_share_group_state(request, ctx: RequestContext):
+    cls = response_class(DELETE_SHARE_GROUP_STATE)
+    result_cls = cls.DeleteStateResult.PartitionResult
+    results = []
+    for topic in request.topics or []:
+        partitions = []
+        for p in topic.partitions or []:
+            try:
+                await shares(ctx).state.delete((request.group_id, topic.topic_id, p.partition))
+                partitions.append(result_cls(partition=p.partition))
+            except KafkaError as exc:
+                partitions.append(result_cls(partition=p.partition, error_code=exc.code, error_message=exc.message))
+        results.append(cls.DeleteStateResult(topic_id=topic.topic_id, partitions=partitions))
+    return response_for(DELETE_SHARE_GROUP_STATE, ctx, results=results)

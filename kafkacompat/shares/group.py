@@ -231,6 +231,27 @@ class ShareGroupCoordinator:
         return [g for g in self.groups.values()
                 if self.classic.is_coordinator_for(g.group_id) and (wanted is None or g.state.lower() in wanted)]
 
+    def empty_group_for_offsets(self, group_id: str, *, create: bool) -> ShareGroup:
+        """The share group whose offsets AlterShareGroupOffsets / DeleteShareGroupOffsets change:
+        it must have no members (NON_EMPTY_GROUP); an alter creates it when it does not exist."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        error = self._check_coordinator(group_id)
+        if error:
+            raise KafkaError(error)
+        if group_id in self.classic.groups:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        group = self.groups.get(group_id)
+        if group is None:
+            if not create:
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+            group = self.groups[group_id] = ShareGroup(group_id)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                             f"The share group {group_id} has members: its offsets can only be changed while it is "
+                             f"empty.")
+        return group
+
     # ---- describe / delete ------------------------------------------------------------------------
 
     def describe(self, group_id: str) -> tuple[int, str | None, ShareGroup | None]:

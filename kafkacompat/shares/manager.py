@@ -52,7 +52,11 @@ class SharePersister(Protocol):
     async def read_state(self, key: ShareKey) -> "PersistedState | None": ...
 
     async def write_state(self, key: ShareKey, leader_epoch: int, start_offset: int,
-                          batches: list[StateBatch]) -> None: ...
+                          batches: list[StateBatch], state_epoch: int = 0) -> None: ...
+
+    async def initialize_state(self, key: ShareKey, start_offset: int) -> None: ...
+
+    async def delete_state(self, key: ShareKey) -> None: ...
 
 
 @dataclass(slots=True)
@@ -67,6 +71,7 @@ class FetchedPartition:
 class _Entry:
     share: SharePartition
     leader_epoch: int
+    state_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,14 +129,15 @@ class SharePartitionManager:
         self.entries.pop(key, None)
         done = self._initializing[key] = trio.Event()
         try:
-            share = await self._initialize(key, topic, partition)
-            self.entries[key] = _Entry(share, partition.leader_epoch)
+            share, state_epoch = await self._initialize(key, topic, partition)
+            self.entries[key] = _Entry(share, partition.leader_epoch, state_epoch)
             return share, partition
         finally:
             del self._initializing[key]
             done.set()
 
-    async def _initialize(self, key: ShareKey, topic: "TopicInfo", partition: "Partition") -> SharePartition:
+    async def _initialize(self, key: ShareKey, topic: "TopicInfo",
+                          partition: "Partition") -> tuple[SharePartition, int]:
         group_id, _, index = key
         share = SharePartition(group_id, topic.name, index, 0, self.partition_config)
         persisted = await self.persister.read_state(key)
@@ -140,21 +146,24 @@ class SharePartitionManager:
             share.move_start_to(partition.log_start_offset)
             log.info("Share group %s resumes %s-%d at offset %d (%d in flight)", group_id, topic.name, index,
                      share.start_offset, share.in_flight())
-            return share
+            return share, persisted.state_epoch
         reset = self.group_config(group_id).auto_offset_reset
         start = partition.log_start_offset if reset == "earliest" else partition.high_watermark
         share.reset(start)
         await self.persister.write_state(key, partition.leader_epoch, start, [])
         log.info("Share group %s starts %s-%d at offset %d (share.auto.offset.reset=%s)", group_id, topic.name,
                  index, start, reset)
-        return share
+        return share, 0
 
     def group_config(self, group_id: str) -> GroupShareConfig:
         return self.group_configs.get(group_id, GroupShareConfig())
 
     async def _persist(self, key: ShareKey, share: SharePartition, partition: "Partition") -> None:
+        entry = self.entries.get(key)
+        state_epoch = entry.state_epoch if entry is not None else 0
         try:
-            await self.persister.write_state(key, partition.leader_epoch, share.start_offset, share.state_batches())
+            await self.persister.write_state(key, partition.leader_epoch, share.start_offset, share.state_batches(),
+                                             state_epoch)
         except BaseException:
             # Memory is ahead of what is durable: reload from the durable state on next use.
             if self.entries.get(key) is not None and self.entries[key].share is share:
@@ -317,6 +326,11 @@ class SharePartitionManager:
             except KafkaError as exc:
                 log.warning("Could not persist expired acquisition locks of %s-%d for share group %s: %s",
                             entry.share.topic, entry.share.partition, key[0], exc)
+
+    def invalidate(self, key: ShareKey) -> None:
+        """The durable state was changed from outside (AlterShareGroupOffsets, DeleteShareGroupOffsets):
+        the next use reloads it."""
+        self.entries.pop(key, None)
 
     def on_partition_state(self, state, node_id: int) -> None:
         if state.leader != node_id:

@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kafkacompat.shares")
 
+INITIALIZE_SHARE_GROUP_STATE = 83
 READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
+DELETE_SHARE_GROUP_STATE = 86
 RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
              ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
 RETRY_BACKOFF_S = 0.1
@@ -50,9 +52,33 @@ class RoutingPersister:
         return await self._retrying(key, once)
 
     async def write_state(self, key: ShareKey, leader_epoch: int, start_offset: int,
-                          batches: list[StateBatch]) -> None:
+                          batches: list[StateBatch], state_epoch: int = 0) -> None:
         async def once(target: int):
-            return await self._write_once(target, key, leader_epoch, start_offset, batches)
+            return await self._write_once(target, key, leader_epoch, start_offset, batches, state_epoch)
+
+        await self._retrying(key, once)
+
+    async def initialize_state(self, key: ShareKey, start_offset: int) -> None:
+        async def once(target: int):
+            if target == self.metadata.node_id:
+                return await self.store.initialize(key, start_offset)
+            cls = codec.request_class(INITIALIZE_SHARE_GROUP_STATE)
+            data = cls.InitializeStateData
+            request = cls(group_id=key[0], topics=[data(topic_id=key[1], partitions=[
+                data.PartitionData(partition=key[2], state_epoch=0, start_offset=start_offset)])])
+            _raise_partition_error(await self._call(target, INITIALIZE_SHARE_GROUP_STATE, 0, request))
+
+        await self._retrying(key, once)
+
+    async def delete_state(self, key: ShareKey) -> None:
+        async def once(target: int):
+            if target == self.metadata.node_id:
+                return await self.store.delete(key)
+            cls = codec.request_class(DELETE_SHARE_GROUP_STATE)
+            data = cls.DeleteStateData
+            request = cls(group_id=key[0], topics=[data(topic_id=key[1], partitions=[
+                data.PartitionData(partition=key[2])])])
+            _raise_partition_error(await self._call(target, DELETE_SHARE_GROUP_STATE, 0, request))
 
         await self._retrying(key, once)
 
@@ -101,22 +127,19 @@ class RoutingPersister:
         return PersistedState(result.state_epoch, -1, result.start_offset, batches)
 
     async def _write_once(self, target: int, key: ShareKey, leader_epoch: int, start_offset: int,
-                          batches: list[StateBatch]) -> None:
+                          batches: list[StateBatch], state_epoch: int) -> None:
         if target == self.metadata.node_id:
-            await self.store.write(key, leader_epoch, start_offset, batches)
+            await self.store.write(key, leader_epoch, start_offset, batches, state_epoch)
             return
         group_id, topic_id, partition = key
         cls = codec.request_class(WRITE_SHARE_GROUP_STATE)
         data = cls.WriteStateData.PartitionData
         request = cls(group_id=group_id, topics=[cls.WriteStateData(topic_id=topic_id, partitions=[data(
-            partition=partition, state_epoch=0, leader_epoch=leader_epoch, start_offset=start_offset,
+            partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
             state_batches=[data.StateBatch(first_offset=b.first_offset, last_offset=b.last_offset,
                                            delivery_state=b.delivery_state, delivery_count=b.delivery_count)
                            for b in batches])])])
-        answer = await self._call(target, WRITE_SHARE_GROUP_STATE, 0, request)
-        result = answer.results[0].partitions[0]
-        if result.error_code:
-            raise KafkaError(result.error_code, result.error_message)
+        _raise_partition_error(await self._call(target, WRITE_SHARE_GROUP_STATE, 0, request))
 
     async def _call(self, target: int, api_key: int, version: int, request):
         from kafkacompat.replication.fetcher import _Connection
@@ -141,3 +164,9 @@ class RoutingPersister:
             with trio.CancelScope(shield=True):
                 await connection.stream.aclose()  # type: ignore[attr-defined]
             raise
+
+
+def _raise_partition_error(answer) -> None:
+    result = answer.results[0].partitions[0]
+    if result.error_code:
+        raise KafkaError(result.error_code, result.error_message)

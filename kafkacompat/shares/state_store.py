@@ -100,31 +100,63 @@ class ShareStateStore:
         return self.read(key)
 
     async def write_state(self, key: ShareKey, leader_epoch: int, start_offset: int,
-                          batches: list[StateBatch]) -> None:
-        await self.write(key, leader_epoch, start_offset, batches)
+                          batches: list[StateBatch], state_epoch: int = 0) -> None:
+        await self.write(key, leader_epoch, start_offset, batches, state_epoch)
 
-    async def write(self, key: ShareKey, leader_epoch: int, start_offset: int, batches: list[StateBatch]) -> None:
-        """Store the share partition's whole state; returns once the ISR has it."""
+    async def initialize_state(self, key: ShareKey, start_offset: int) -> None:
+        await self.initialize(key, start_offset)
+
+    async def delete_state(self, key: ShareKey) -> None:
+        await self.delete(key)
+
+    async def write(self, key: ShareKey, leader_epoch: int, start_offset: int, batches: list[StateBatch],
+                    state_epoch: int = 0) -> None:
+        """Store the share partition's whole state; returns once the ISR has it. A writer whose
+        state epoch is older than the stored one (the offsets were altered since it loaded) is
+        refused with FENCED_STATE_EPOCH, as Kafka's share coordinator does."""
         previous = self.states.get(key)
-        state_epoch = previous.state_epoch if previous is not None else 0
+        if previous is not None and state_epoch < previous.state_epoch:
+            raise KafkaError(ErrorCode.FENCED_STATE_EPOCH,
+                             f"The state of {coordinator_key(*key)} is at state epoch {previous.state_epoch}, "
+                             f"the write is from epoch {state_epoch}")
+        await self._write_snapshot(key, previous, leader_epoch, start_offset, batches,
+                                   previous.state_epoch if previous is not None else 0)
+
+    async def initialize(self, key: ShareKey, start_offset: int) -> None:
+        """InitializeShareGroupState (AlterShareGroupOffsets): a new start with nothing in flight,
+        at a new state epoch, so the share partition's leader reloads it."""
+        if not self.is_coordinator_for(key):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR,
+                             f"This broker is not the share coordinator of {coordinator_key(*key)}")
+        previous = self.states.get(key)
+        state_epoch = previous.state_epoch + 1 if previous is not None else 0
+        leader_epoch = previous.leader_epoch if previous is not None else -1
+        await self._write_snapshot(key, previous, leader_epoch, start_offset, [], state_epoch)
+
+    async def _write_snapshot(self, key: ShareKey, previous: PersistedState | None, leader_epoch: int,
+                              start_offset: int, batches: list[StateBatch], state_epoch: int) -> None:
         created = previous.create_timestamp if previous is not None else self.wall_clock()
         snapshot_epoch = previous.snapshot_epoch + 1 if previous is not None else 0
         value = records.ShareSnapshot(snapshot_epoch, state_epoch, leader_epoch, start_offset, created,
                                       self.wall_clock(), batches)
         record_key = records.ShareStateKey(records.SNAPSHOT_TYPE, *key)
-        await self._append(key, records.encode_key(record_key), records.encode_snapshot(value))
-        self.states[key] = PersistedState(state_epoch, leader_epoch, start_offset, list(batches), snapshot_epoch,
-                                          created)
+        state = PersistedState(state_epoch, leader_epoch, start_offset, list(batches), snapshot_epoch, created)
+        await self._append(key, records.encode_key(record_key), records.encode_snapshot(value), state)
 
     async def delete(self, key: ShareKey) -> None:
         """DeleteShareGroupState: a tombstone, so compaction removes the share partition."""
+        if not self.is_coordinator_for(key):
+            raise KafkaError(ErrorCode.NOT_COORDINATOR,
+                             f"This broker is not the share coordinator of {coordinator_key(*key)}")
         if key not in self.states:
             return
         record_key = records.ShareStateKey(records.SNAPSHOT_TYPE, *key)
-        await self._append(key, records.encode_key(record_key), None)
-        self.states.pop(key, None)
+        await self._append(key, records.encode_key(record_key), None, None)
 
-    async def _append(self, key: ShareKey, record_key: bytes, value: bytes | None) -> None:
+    async def _append(self, key: ShareKey, record_key: bytes, value: bytes | None,
+                      state: PersistedState | None) -> None:
+        """Append the record and take its state at once (the log's order is the states' order),
+        then wait for the ISR."""
         from kafkacompat.wire.records import validate_batches
 
         if self.topic() is None and await self.ensure_topic() is None:
@@ -137,6 +169,10 @@ class ShareStateStore:
         partition.check_enough_replicas()
         view = memoryview(build_batch([(record_key, value)], self.wall_clock()))
         info = partition.append(view, validate_batches(view, partition.log.config.max_message_bytes))
+        if state is None:
+            self.states.pop(key, None)
+        else:
+            self.states[key] = state
         error = await partition.wait_replicated(info.last_offset + 1, partition.leader_epoch,
                                                 self.config.share_coordinator_write_timeout_ms)
         if error:

@@ -100,4 +100,6 @@ APIS: dict[int, tuple[str, str, int, int, int | None]] = {
     86: ('DeleteShareGroupState', 'delete_share_group_state', 0, 0, 0),
     87: ('ReadShareGroupStateSummary', 'read_share_group_state_summary', 0, 0, 0),
     90: ('DescribeShareGroupOffsets', 'describe_share_group_offsets', 0, 0, 0),
+    91: ('AlterShareGroupOffsets', 'alter_share_group_offsets', 0, 0, 0),
+    92: ('DeleteShareGroupOffsets', 'delete_share_group_offsets', 0, 0, 0),
 }

@@ -165,3 +165,9 @@ def test_share_state_records_round_trip():
     assert records.decode_value(records.UPDATE_TYPE, records.encode_update(update)) == update
     with pytest.raises(records.DecodeError):
         records.decode_value(records.SNAPSHOT_TYPE, b"\x00\x00\x01")
+
+
+def test_a_restored_state_is_cut_at_the_in_flight_bound():
+    sp = share(max_record_locks=100)
+    sp.restore(0, [StateBatch(0, 10**15, 2, 1)])  # a damaged or hostile state: not a quadrillion slots
+    assert (sp.start_offset, sp.in_flight()) == (4 * 100 + 100_000, 0)

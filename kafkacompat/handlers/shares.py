@@ -351,6 +351,22 @@ async def handle_read_share_group_state(request, ctx: RequestContext):
     return response_for(READ_SHARE_GROUP_STATE, ctx, results=results)
 
 
+MAX_STATE_SPAN = 1_000_000  # offsets a written state may cover past its start
+
+
+def _unsound_state(start_offset: int, batches) -> str | None:
+    if start_offset < -1:
+        return f"Start offset {start_offset} is invalid."
+    for batch in batches:
+        if batch.first_offset > batch.last_offset or batch.first_offset < 0:
+            return f"State batch {batch.first_offset}-{batch.last_offset} is invalid."
+        if batch.delivery_state not in (0, 2, 4) or batch.delivery_count < 0:
+            return f"State batch {batch.first_offset}-{batch.last_offset} has an invalid state or delivery count."
+        if batch.last_offset - max(start_offset, 0) > MAX_STATE_SPAN:
+            return f"State batch {batch.first_offset}-{batch.last_offset} lies too far past the start offset."
+    return None
+
+
 @handles(WRITE_SHARE_GROUP_STATE, 0, 0)
 async def handle_write_share_group_state(request, ctx: RequestContext):
     from kafkacompat.shares.partition import StateBatch
@@ -364,6 +380,11 @@ async def handle_write_share_group_state(request, ctx: RequestContext):
         for p in topic.partitions or []:
             batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
                        for b in p.state_batches or []]
+            problem = _unsound_state(p.start_offset, batches)
+            if problem:
+                partitions.append(result_cls(partition=p.partition, error_code=ErrorCode.INVALID_REQUEST,
+                                             error_message=problem))
+                continue
             try:
                 await store.write((request.group_id, topic.topic_id, p.partition), p.leader_epoch, p.start_offset,
                                   batches, p.state_epoch)

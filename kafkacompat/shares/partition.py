@@ -317,10 +317,14 @@ class SharePartition:
         offsets inside it that no batch names are available, never delivered."""
         self.reset(start_offset)
         ordered = sorted(batches, key=lambda batch: batch.first_offset)
+        # A sound state never spans more than the in-flight bound (plus one fetch's last batch);
+        # a state that does (damaged, or written by a hostile WriteShareGroupState) is cut there.
+        limit = start_offset + restore_span_limit(self.config)
         for batch in ordered:
             first = max(batch.first_offset, start_offset)
-            if batch.last_offset < first:
+            if batch.last_offset < first or first >= limit:
                 continue
+            batch = StateBatch(first, min(batch.last_offset, limit - 1), batch.delivery_state, batch.delivery_count)
             if batch.last_offset >= self.end_offset:
                 self.slots.extend(Slot() for _ in range(batch.last_offset - self.end_offset + 1))
             for offset in range(first, batch.last_offset + 1):
@@ -329,6 +333,10 @@ class SharePartition:
                     else RecordState.AVAILABLE
                 slot.delivery_count = max(batch.delivery_count, 0)
         self._advance_start()
+
+
+def restore_span_limit(config: SharePartitionConfig) -> int:
+    return 4 * max(config.max_record_locks, 1) + 100_000
 
 
 def _append_range(out: list[AcquiredRange], offset: int, delivery_count: int) -> None:

@@ -38,7 +38,7 @@ def test_an_idle_connection_is_closed_and_a_busy_one_is_not(broker_factory):
             time.sleep(0.2)
         assert idle.closed_by_broker(timeout=10)
         assert api_versions(chatty) == 0
-    assert "idle for more than connections.max.idle.ms (1000 ms)" in broker.output()
+    broker.wait_for_output("idle for more than connections.max.idle.ms (1000 ms)")
 
 
 
@@ -108,10 +108,7 @@ def test_max_connections_per_ip_closes_the_extra_connection(broker_factory):
     # The client sees the close before the test's reader thread has taken the broker's log line
     # from the pipe (the broker logs, then closes): wait for the line rather than race it.
     expected = "already has the configured maximum of 2 connections (max.connections.per.ip)"
-    deadline = time.monotonic() + 10
-    while expected not in broker.output() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert expected in broker.output()
+    broker.wait_for_output(expected, timeout=10)
 
 
 def test_max_connections_makes_a_new_client_wait_for_a_free_slot(broker_factory):

@@ -204,7 +204,7 @@ def test_init_producer_id_rules(broker):
         assert init_producer_id(conn, 4, transactional_id="").error_code == 42
         txn = init_producer_id(conn, 4, transactional_id="orders-txn")
         assert (txn.error_code, txn.producer_id) == (15, -1)  # COORDINATOR_NOT_AVAILABLE: no transactions yet
-    assert "transactions are not supported" in broker.output()
+    broker.wait_for_output("transactions are not supported")
 
 
 def test_producer_ids_survive_a_restart(broker):
@@ -283,7 +283,7 @@ def test_idle_producers_expire_in_housekeeping(broker_factory, topic_name):
         assert describe_producers(conn, topic_name)[0].active_producers == []
         # an expired producer is unknown: it may go on at any sequence (Kafka 2.5+)
         assert raw_produce(conn, topic_name, pid, 0, 7) == (0, 2)
-    assert "Expired 1 idle producer id(s)" in broker.output()
+    broker.wait_for_output("Expired 1 idle producer id(s)")
 
 
 def test_kafka_python_admin_describes_the_default_producer(broker, topic_name):

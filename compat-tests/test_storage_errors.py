@@ -8,7 +8,6 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -275,7 +274,7 @@ def test_a_zookeeper_broker_opens_its_partitions_once_its_full_disk_has_room(tmp
                 operation_timeout=10, request_timeout=TIMEOUT)
             futures[topic_name].result(timeout=TIMEOUT)   # recorded in ZooKeeper
             for partition in (0, 1):
-                wait_for_line(cluster.brokers[0], f"Applying {topic_name}-{partition} failed")
+                cluster.brokers[0].wait_for_output(f"Applying {topic_name}-{partition} failed")
             assert not (root / f"{topic_name}-0" / "partition.metadata").exists()
             disk.free()
             assert confluent_send(cluster.bootstrap, topic_name, [Msg(b"room", partition=1)]) == [0]
@@ -283,13 +282,6 @@ def test_a_zookeeper_broker_opens_its_partitions_once_its_full_disk_has_room(tmp
             assert values(got) == [b"room"]
     finally:
         subprocess.run(["umount", "-l", str(root)], check=True)
-
-
-def wait_for_line(broker: BrokerProcess, text: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while text not in broker.output():
-        assert time.monotonic() < deadline, f"the broker never logged {text!r}:\n{broker.output()}"
-        time.sleep(0.05)
 
 
 def admin_for(bootstrap: str):

@@ -232,13 +232,6 @@ def test_a_malformed_znode_is_logged_and_skipped(tmp_path, topic_name):
         assert all_alive(cluster)
 
 
-def wait_for_line(proc, text: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while text not in proc.output():
-        assert time.monotonic() < deadline, f"no {text!r} in the broker's log:\n{proc.output()}"
-        time.sleep(0.05)
-
-
 def test_sigterm_with_zookeeper_down_stops_after_bounded_retries(tmp_path):
     # 3 attempts, each failing after zookeeper.connection.timeout.ms (1.5 s), 1 s apart: ~6.5 s.
     args = [*STEADY_SESSIONS, "--set", "controlled.shutdown.max.retries=3",
@@ -248,7 +241,7 @@ def test_sigterm_with_zookeeper_down_stops_after_bounded_retries(tmp_path):
         create_topic(cluster.bootstrap, "kept", 1, 1)
         broker = cluster.brokers[0]
         cluster.zookeeper.stop()
-        wait_for_line(broker, "Connection dropped")  # kazoo noticed
+        broker.wait_for_output("Connection dropped")  # kazoo noticed
         marker = broker.data_dir / CLEAN_SHUTDOWN_FILE
         assert not marker.exists()
         assert broker.stop(timeout=30) == 0  # raises if still running 30 s after SIGTERM
@@ -265,9 +258,9 @@ def test_a_second_sigterm_stops_the_broker_at_once(tmp_path):
         cluster.wait_until_every_broker_sees(1)
         broker = cluster.brokers[0]
         cluster.zookeeper.stop()
-        wait_for_line(broker, "Connection dropped")  # kazoo noticed
+        broker.wait_for_output("Connection dropped")  # kazoo noticed
         broker.proc.send_signal(signal.SIGTERM)
-        wait_for_line(broker, "attempt 1 of 3 failed")
+        broker.wait_for_output("attempt 1 of 3 failed")
         broker.proc.send_signal(signal.SIGTERM)
         assert broker.proc.wait(5) == 0  # raises if still running 5 s after the second signal
         assert "attempt 2 of 3" not in broker.output()

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import gc
 import itertools
 import logging
 import os
@@ -77,6 +78,13 @@ _ACCEPT_QUIET_SECONDS = 10.0
 # allocations otherwise (a burst of connections would leave the broker's RSS at its peak).
 # malloc_trim takes under a millisecond; the idle check also trims after any close.
 _TRIM_AFTER_CLOSES = 64
+# A burst of this many closes is followed, once closes have stopped for a second, by a full
+# garbage collection: it empties CPython's free lists (thousands of cached tuples, frames and
+# dicts the connections used), whose blocks otherwise keep the allocator's 1 MiB arenas alive,
+# so the RSS a burst of connections took comes back. It pauses the loop for tens of
+# milliseconds, hence only after bursts.
+_COLLECT_AFTER_CLOSES = 256
+_QUIET_BEFORE_COLLECT_S = 1.0
 
 
 def _load_malloc_trim():
@@ -334,6 +342,8 @@ class ConnectionLimits:
         self._slot_freed = trio.Event()
         self.unsent = UnsentBytes()
         self._closed_since_trim = 0
+        self._closed_since_collect = 0
+        self._burst_closed = trio.Event()
 
     def admit(self, connection: Connection) -> bool:
         """Count a new connection in, unless its address already has max.connections.per.ip."""
@@ -357,6 +367,9 @@ class ConnectionLimits:
             self._slot_freed.set()
             self._slot_freed = trio.Event()
             self._closed_since_trim += 1
+            self._closed_since_collect += 1
+            if self._closed_since_collect >= _COLLECT_AFTER_CLOSES:
+                self._burst_closed.set()
             if self._closed_since_trim >= _TRIM_AFTER_CLOSES or connection.streamed:
                 self._closed_since_trim = 0
                 _return_freed_memory()
@@ -370,6 +383,18 @@ class ConnectionLimits:
                             "wait until one closes", len(self.connections))
                 warned = True
             await self._slot_freed.wait()
+
+    async def return_memory_after_bursts(self) -> None:
+        while True:
+            await self._burst_closed.wait()
+            seen = -1
+            while seen != self._closed_since_collect:  # wait for the burst to end
+                seen = self._closed_since_collect
+                await trio.sleep(_QUIET_BEFORE_COLLECT_S)
+            self._closed_since_collect = 0
+            self._burst_closed = trio.Event()
+            gc.collect()
+            _return_freed_memory()
 
     async def close_idle(self) -> None:
         """Close connections idle for connections.max.idle.ms (Kafka's Selector does it on poll)."""
@@ -408,6 +433,7 @@ async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, a
     exhaustion = _AcceptExhaustion(limits)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(limits.close_idle)
+        nursery.start_soon(limits.return_memory_after_bursts)
         task_status.started(bound_port)
         with listener:
             if accepting is not None:

@@ -9,11 +9,13 @@ merged (see merge_specs): each spec owns the versions in its ``validVersions`` (
 where two overlap), so the versions a newer release removed (CreateTopics 0-1 in Kafka 4) stay
 encodable from the older spec while the newer one adds its versions and fields. Messages are
 matched by api key and kind, so a renamed API keeps one module, named as the newest spec names it
-(ListClientMetricsResources -> ListConfigResources). The default is the 3.9-era reference copy
-(../shared/kafka-reference/message, relative to the repo) and then, when present, the Kafka
-4.2-era specs in ../specs/kafka-4.2 (/work/specs/kafka-4.2: clients/src/main/resources/common/
-message/*.json as the stored apache/kafka index holds them, downloaded by hand). ``--out``
-defaults to kafkacompat/wire/messages. The output is committed; the JSON files are not. Every API
+(ListClientMetricsResources -> ListConfigResources). The default, oldest first: the 3.9-era
+reference copy (../shared/kafka-reference/message, relative to the repo); the Kafka 4.x specs
+rebuilt from kio's schema by scripts/specs_from_kio.py into ../specs/kafka-4.2-kio (run it first:
+the generator refuses to run without them); the 4.2-era specs in ../specs/kafka-4.2
+(clients/src/main/resources/common/message/*.json as the stored apache/kafka index holds them,
+downloaded by hand, only where the index is 4.2-era: share groups and ListConfigResources), which
+are authoritative where they exist. ``--out`` defaults to kafkacompat/wire/messages. The output is committed; the JSON files are not. Every API
 gets one module holding its request and response: a ``dataclass(slots=True)`` per message and struct
 (attribute names are the snake_case of the spec's field names, nested struct classes are class
 attributes of their parent, as kafka-python exposed them) and, per version, a straight-line
@@ -51,28 +53,23 @@ def _nearest_up(*parts: str) -> Path | None:
     return next((parent.joinpath(*parts) for parent in REPO.parents if parent.joinpath(*parts).is_dir()), None)
 
 
-# oldest first: the 3.9-era reference copy, then the 4.2-era download when present
+# ../specs beside the repo: the 4.2-era specs rebuilt from kio (scripts/specs_from_kio.py writes
+# them) and the few downloaded ones, which are authoritative where they exist
+SPECS_4_2 = (_nearest_up("specs", "kafka-4.2") or REPO.parent / "specs" / "kafka-4.2").parent
+KIO_SPECS = SPECS_4_2 / "kafka-4.2-kio"
+# oldest first: the 3.9-era reference copy, then the 4.2-era specs when present
 DEFAULT_SPECS = [path for path in (
     _nearest_up("shared", "kafka-reference", "message") or REPO.parent / "shared" / "kafka-reference" / "message",
-    _nearest_up("specs", "kafka-4.2"),
-) if path is not None]
+    KIO_SPECS,
+    SPECS_4_2 / "kafka-4.2",
+) if path.is_dir()]
 DEFAULT_OUT = REPO / "kafkacompat" / "wire" / "messages"
 INFINITY = 32767
 
-# What the specs given lack. Metadata 13, ListOffsets 11 and DescribeCluster 2 (Kafka 4.1: KIP-1102,
-# KIP-1023, KIP-1073) are newer than the 3.9-era copy; ShareFetchRequest v2's IsRenewAck (KIP-1222)
-# came after the stored 4.2-era spec (commit 08c855f, which has ShareAcquireMode only).
+# What the specs given lack: ShareFetchRequest v2's IsRenewAck (KIP-1222) came after the stored
+# 4.2-era spec (commit 08c855f, which has ShareAcquireMode only), which owns ShareFetch's versions.
 # "append" adds fields at the end of a struct, "insert" after the named field.
 AMENDMENTS: dict[str, dict] = {
-    "MetadataRequest": {"validVersions": "0-13"},
-    "MetadataResponse": {"validVersions": "0-13", "append": {(): [
-        {"name": "ErrorCode", "type": "int16", "versions": "13+", "ignorable": True}]}},
-    "ListOffsetsRequest": {"validVersions": "0-11"},
-    "ListOffsetsResponse": {"validVersions": "0-11"},
-    "DescribeClusterRequest": {"validVersions": "0-2", "append": {(): [
-        {"name": "IncludeFencedBrokers", "type": "bool", "versions": "2+"}]}},
-    "DescribeClusterResponse": {"validVersions": "0-2", "append": {("Brokers",): [
-        {"name": "IsFenced", "type": "bool", "versions": "2+"}]}},
     "ShareFetchRequest": {"insert": {(): [("ShareAcquireMode", {
         "name": "IsRenewAck", "type": "bool", "versions": "2+", "default": "false"})]}},
 }
@@ -266,7 +263,7 @@ def merge_fields(where: str, lists: list[list[dict] | None], specs: list[dict], 
             if scalar or len({t.startswith("[]") for t in types}) > 1:
                 raise SystemExit(f"{what}: the specs give it different types {sorted(types)}")
             notes.append(f"{what}: struct renamed {' -> '.join(t for t in dict.fromkeys(f['type'] for f in by_spec if f))}")
-        tags = {f.get("tag") for f in by_spec if f is not None and "tag" in f}
+        tags = {int(f["tag"]) for f in by_spec if f is not None and "tag" in f}  # some specs quote it
         if len(tags) > 1:
             raise SystemExit(f"{what}: the specs give it different tags {sorted(tags)}")
 
@@ -926,6 +923,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a directory of message specs; repeat it, oldest first (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    if not args.specs and not KIO_SPECS.is_dir():
+        raise SystemExit(f"{KIO_SPECS} is missing: run python scripts/specs_from_kio.py first")
     directories = args.specs or DEFAULT_SPECS
     apis: dict[int, dict[str, Message]] = {}
     notes: list[str] = []

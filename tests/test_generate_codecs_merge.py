@@ -101,7 +101,11 @@ def test_a_renamed_api_is_one_module_named_as_the_newest_spec(tmp_path: Path) ->
     assert "900: ('ListConfigs', 'list_configs', 0, 1, 1)" in (out / "__init__.py").read_text()
 
 
-def test_an_amendment_the_specs_already_cover_is_refused() -> None:
-    spec = message("MetadataRequest", "0-13", [])
-    with pytest.raises(SystemExit, match="drop its AMENDMENTS entry"):
+def test_an_amendment_the_specs_already_cover_is_refused(monkeypatch) -> None:
+    spec = message("ShareFetchRequest", "0-2", [field("ShareAcquireMode", "2+", "int8"),
+                                                field("IsRenewAck", "2+", "bool")])
+    with pytest.raises(SystemExit, match="already have IsRenewAck; drop its AMENDMENTS entry"):
         GEN.amend(spec)
+    monkeypatch.setitem(GEN.AMENDMENTS, "MetadataRequest", {"validVersions": "0-13"})
+    with pytest.raises(SystemExit, match="already reach 0-13; drop its AMENDMENTS entry"):
+        GEN.amend(message("MetadataRequest", "0-13", []))

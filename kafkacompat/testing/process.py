@@ -94,6 +94,14 @@ class BrokerProcess:
     def output(self) -> str:
         return "".join(self._log_lines)
 
+    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+        """Wait until the broker has logged ``text``: its lines reach us through a reader thread,
+        so a line logged just before a response may arrive after the client saw the response."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            assert time.monotonic() < deadline, f"the broker never logged {text!r}:\n{self.output()}"
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait: a clean shutdown."""
         if self.proc is None or self.proc.poll() is not None:

@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>H')
 _S1 = struct.Struct('>ii')
+_S2 = struct.Struct('>?')
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class AddRaftVoterRequest:
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
     listeners: list[Listener] = field(default_factory=list)
+    ack_when_committed: bool = True
 
     def encode(self, version: int) -> bytearray:
         buf = bytearray()
@@ -150,13 +152,74 @@ def _d_AddRaftVoterRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners), pos
+    return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners, True), pos
+
+
+def _e_AddRaftVoterRequest_1(m, buf):
+    s2 = m.cluster_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S1.pack(m.timeout_ms, m.voter_id)
+    buf += uuid_bytes(m.voter_directory_id)
+    a3 = m.listeners
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_Listener_0(x, buf)
+    buf += _S2.pack(m.ack_when_committed)
+    buf.append(0)
+
+
+def _d_AddRaftVoterRequest_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    f_timeout_ms, f_voter_id, = _S1.unpack_from(data, pos)
+    pos += 8
+    f_voter_directory_id, pos = read_uuid(data, pos)
+    n3, pos = read_array_length(data, pos, True, False, 'Listeners')
+    if n3 < 0:
+        f_listeners = None
+    else:
+        f_listeners = []
+        for _ in range(n3):
+            x4, pos = _d_Listener_0(data, pos)
+            f_listeners.append(x4)
+    f_ack_when_committed, = _S2.unpack_from(data, pos)
+    pos += 1
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return AddRaftVoterRequest(f_cluster_id, f_timeout_ms, f_voter_id, f_voter_directory_id, f_listeners, f_ack_when_committed), pos
 
 
 _ENCODERS_AddRaftVoterRequest = {
     0: _e_AddRaftVoterRequest_0,
+    1: _e_AddRaftVoterRequest_1,
 }
 _DECODERS_AddRaftVoterRequest = {
     0: _d_AddRaftVoterRequest_0,
+    1: _d_AddRaftVoterRequest_1,
 }
 

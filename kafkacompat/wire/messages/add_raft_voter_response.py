@@ -76,8 +76,10 @@ def _d_AddRaftVoterResponse_0(data, pos):
 
 _ENCODERS_AddRaftVoterResponse = {
     0: _e_AddRaftVoterResponse_0,
+    1: _e_AddRaftVoterResponse_0,
 }
 _DECODERS_AddRaftVoterResponse = {
     0: _d_AddRaftVoterResponse_0,
+    1: _d_AddRaftVoterResponse_0,
 }
 

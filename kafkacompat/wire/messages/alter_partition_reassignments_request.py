@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>i')
+_S1 = struct.Struct('>i?')
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
@@ -34,6 +35,7 @@ class ReassignableTopic:
 @dataclass(slots=True)
 class AlterPartitionReassignmentsRequest:
     timeout_ms: int = 60000
+    allow_replication_factor_change: bool = True
     topics: list[ReassignableTopic] = field(default_factory=list)
 
     def encode(self, version: int) -> bytearray:
@@ -161,13 +163,49 @@ def _d_AlterPartitionReassignmentsRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return AlterPartitionReassignmentsRequest(f_timeout_ms, f_topics), pos
+    return AlterPartitionReassignmentsRequest(f_timeout_ms, True, f_topics), pos
+
+
+def _e_AlterPartitionReassignmentsRequest_1(m, buf):
+    buf += _S1.pack(m.timeout_ms, m.allow_replication_factor_change)
+    a1 = m.topics
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_ReassignableTopic_0(x, buf)
+    buf.append(0)
+
+
+def _d_AlterPartitionReassignmentsRequest_1(data, pos):
+    f_timeout_ms, f_allow_replication_factor_change, = _S1.unpack_from(data, pos)
+    pos += 5
+    n1, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n1 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n1):
+            x2, pos = _d_ReassignableTopic_0(data, pos)
+            f_topics.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return AlterPartitionReassignmentsRequest(f_timeout_ms, f_allow_replication_factor_change, f_topics), pos
 
 
 _ENCODERS_AlterPartitionReassignmentsRequest = {
     0: _e_AlterPartitionReassignmentsRequest_0,
+    1: _e_AlterPartitionReassignmentsRequest_1,
 }
 _DECODERS_AlterPartitionReassignmentsRequest = {
     0: _d_AlterPartitionReassignmentsRequest_0,
+    1: _d_AlterPartitionReassignmentsRequest_1,
 }
 

@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>ih')
+_S1 = struct.Struct('>i?h')
 
 
 @dataclass(slots=True)
@@ -34,6 +35,7 @@ class ReassignableTopicResponse:
 @dataclass(slots=True)
 class AlterPartitionReassignmentsResponse:
     throttle_time_ms: int = 0
+    allow_replication_factor_change: bool = True
     error_code: int = 0
     error_message: str | None = ''
     responses: list[ReassignableTopicResponse] = field(default_factory=list)
@@ -188,13 +190,69 @@ def _d_AlterPartitionReassignmentsResponse_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return AlterPartitionReassignmentsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses), pos
+    return AlterPartitionReassignmentsResponse(f_throttle_time_ms, True, f_error_code, f_error_message, f_responses), pos
+
+
+def _e_AlterPartitionReassignmentsResponse_1(m, buf):
+    buf += _S1.pack(m.throttle_time_ms, m.allow_replication_factor_change, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    a3 = m.responses
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ReassignableTopicResponse_0(x, buf)
+    buf.append(0)
+
+
+def _d_AlterPartitionReassignmentsResponse_1(data, pos):
+    f_throttle_time_ms, f_allow_replication_factor_change, f_error_code, = _S1.unpack_from(data, pos)
+    pos += 7
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    n3, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n3 < 0:
+        f_responses = None
+    else:
+        f_responses = []
+        for _ in range(n3):
+            x4, pos = _d_ReassignableTopicResponse_0(data, pos)
+            f_responses.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return AlterPartitionReassignmentsResponse(f_throttle_time_ms, f_allow_replication_factor_change, f_error_code, f_error_message, f_responses), pos
 
 
 _ENCODERS_AlterPartitionReassignmentsResponse = {
     0: _e_AlterPartitionReassignmentsResponse_0,
+    1: _e_AlterPartitionReassignmentsResponse_1,
 }
 _DECODERS_AlterPartitionReassignmentsResponse = {
     0: _d_AlterPartitionReassignmentsResponse_0,
+    1: _d_AlterPartitionReassignmentsResponse_1,
 }
 

@@ -26,6 +26,7 @@ class BrokerHeartbeatRequest:
     want_fence: bool = False
     want_shut_down: bool = False
     offline_log_dirs: list[uuid.UUID] = field(default_factory=list)
+    cordoned_log_dirs: list[uuid.UUID] | None = None
 
     def encode(self, version: int) -> bytearray:
         buf = bytearray()
@@ -56,7 +57,7 @@ def _d_BrokerHeartbeatRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, []), pos
+    return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, [], None), pos
 
 
 def _e_BrokerHeartbeatRequest_1(m, buf):
@@ -102,15 +103,92 @@ def _d_BrokerHeartbeatRequest_1(data, pos):
                         f_offline_log_dirs.append(x2)
             else:
                 pos = skip_tagged_field(data, pos)
-    return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, f_offline_log_dirs), pos
+    return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, f_offline_log_dirs, None), pos
+
+
+def _e_BrokerHeartbeatRequest_2(m, buf):
+    buf += _S0.pack(m.broker_id, m.broker_epoch, m.current_metadata_offset, m.want_fence, m.want_shut_down)
+    tags = []
+    v1 = m.offline_log_dirs
+    if v1:
+        t = bytearray()
+        a2 = v1
+        n3 = len(a2)
+        if n3 < 127:
+            t.append(n3 + 1)
+        else:
+            write_uvarint(t, n3 + 1)
+        for x in a2:
+            t += uuid_bytes(x)
+        tags.append((0, t))
+    v4 = m.cordoned_log_dirs
+    if v4 is not None:
+        t = bytearray()
+        a5 = v4
+        if a5 is None:
+            t += b'\x00'
+        else:
+            n6 = len(a5)
+            if n6 < 127:
+                t.append(n6 + 1)
+            else:
+                write_uvarint(t, n6 + 1)
+            for x in a5:
+                t += uuid_bytes(x)
+        tags.append((1, t))
+    write_tagged(buf, tags)
+
+
+def _d_BrokerHeartbeatRequest_2(data, pos):
+    f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, = _S0.unpack_from(data, pos)
+    pos += 22
+    f_offline_log_dirs = []
+    f_cordoned_log_dirs = None
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('OfflineLogDirs')
+                n1, p = read_array_length(data, p, True, False, 'OfflineLogDirs')
+                if n1 < 0:
+                    f_offline_log_dirs = None
+                else:
+                    f_offline_log_dirs = []
+                    for _ in range(n1):
+                        x2, p = read_uuid(data, p)
+                        f_offline_log_dirs.append(x2)
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('CordonedLogDirs')
+                n3, p = read_array_length(data, p, True, True, 'CordonedLogDirs')
+                if n3 < 0:
+                    f_cordoned_log_dirs = None
+                else:
+                    f_cordoned_log_dirs = []
+                    for _ in range(n3):
+                        x4, p = read_uuid(data, p)
+                        f_cordoned_log_dirs.append(x4)
+            else:
+                pos = skip_tagged_field(data, pos)
+    return BrokerHeartbeatRequest(f_broker_id, f_broker_epoch, f_current_metadata_offset, f_want_fence, f_want_shut_down, f_offline_log_dirs, f_cordoned_log_dirs), pos
 
 
 _ENCODERS_BrokerHeartbeatRequest = {
     0: _e_BrokerHeartbeatRequest_0,
     1: _e_BrokerHeartbeatRequest_1,
+    2: _e_BrokerHeartbeatRequest_2,
 }
 _DECODERS_BrokerHeartbeatRequest = {
     0: _d_BrokerHeartbeatRequest_0,
     1: _d_BrokerHeartbeatRequest_1,
+    2: _d_BrokerHeartbeatRequest_2,
 }
 

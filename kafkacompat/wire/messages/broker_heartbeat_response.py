@@ -59,9 +59,11 @@ def _d_BrokerHeartbeatResponse_0(data, pos):
 _ENCODERS_BrokerHeartbeatResponse = {
     0: _e_BrokerHeartbeatResponse_0,
     1: _e_BrokerHeartbeatResponse_0,
+    2: _e_BrokerHeartbeatResponse_0,
 }
 _DECODERS_BrokerHeartbeatResponse = {
     0: _d_BrokerHeartbeatResponse_0,
     1: _d_BrokerHeartbeatResponse_0,
+    2: _d_BrokerHeartbeatResponse_0,
 }
 

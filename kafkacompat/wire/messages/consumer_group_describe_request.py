@@ -71,8 +71,10 @@ def _d_ConsumerGroupDescribeRequest_0(data, pos):
 
 _ENCODERS_ConsumerGroupDescribeRequest = {
     0: _e_ConsumerGroupDescribeRequest_0,
+    1: _e_ConsumerGroupDescribeRequest_0,
 }
 _DECODERS_ConsumerGroupDescribeRequest = {
     0: _d_ConsumerGroupDescribeRequest_0,
+    1: _d_ConsumerGroupDescribeRequest_0,
 }
 

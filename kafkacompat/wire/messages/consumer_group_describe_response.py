@@ -16,8 +16,9 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>i')
-_S1 = struct.Struct('>h')
-_S2 = struct.Struct('>ii')
+_S1 = struct.Struct('>b')
+_S2 = struct.Struct('>h')
+_S3 = struct.Struct('>ii')
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
@@ -45,6 +46,7 @@ class Member:
     subscribed_topic_regex: str | None = None
     assignment: Assignment = field(default_factory=Assignment)
     target_assignment: Assignment = field(default_factory=Assignment)
+    member_type: int = -1
 
 
 @dataclass(slots=True)
@@ -300,11 +302,160 @@ def _d_Member_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment), pos
+    return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment, -1), pos
+
+
+def _e_Member_1(m, buf):
+    b1 = m.member_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    s4 = m.instance_id
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    s6 = m.rack_id
+    if s6 is None:
+        buf += b'\x00'
+    else:
+        b5 = s6.encode()
+        b5n = len(b5) + 1
+        if b5n < 128:
+            buf.append(b5n)
+        else:
+            write_uvarint(buf, b5n)
+        buf += b5
+    buf += _S0.pack(m.member_epoch)
+    b7 = m.client_id.encode()
+    b7n = len(b7) + 1
+    if b7n < 128:
+        buf.append(b7n)
+    else:
+        write_uvarint(buf, b7n)
+    buf += b7
+    b9 = m.client_host.encode()
+    b9n = len(b9) + 1
+    if b9n < 128:
+        buf.append(b9n)
+    else:
+        write_uvarint(buf, b9n)
+    buf += b9
+    a11 = m.subscribed_topic_names
+    n12 = len(a11)
+    if n12 < 127:
+        buf.append(n12 + 1)
+    else:
+        write_uvarint(buf, n12 + 1)
+    for x in a11:
+        write_string(buf, x, True)
+    s14 = m.subscribed_topic_regex
+    if s14 is None:
+        buf += b'\x00'
+    else:
+        b13 = s14.encode()
+        b13n = len(b13) + 1
+        if b13n < 128:
+            buf.append(b13n)
+        else:
+            write_uvarint(buf, b13n)
+        buf += b13
+    _e_Assignment_0(m.assignment, buf)
+    _e_Assignment_0(m.target_assignment, buf)
+    buf += _S1.pack(m.member_type)
+    buf.append(0)
+
+
+def _d_Member_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('InstanceId')
+        f_instance_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_instance_id, pos = read_string(data, pos, True, True, 'InstanceId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, True, 'RackId')
+    f_member_epoch, = _S0.unpack_from(data, pos)
+    pos += 4
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ClientId')
+        f_client_id = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_client_id, pos = read_string(data, pos, True, False, 'ClientId')
+    c10 = data[pos]
+    if 0 < c10 < 128:
+        end9 = pos + c10
+        if end9 > len(data):
+            raise truncated('ClientHost')
+        f_client_host = str(data[pos + 1:end9], 'utf-8')
+        pos = end9
+    else:
+        f_client_host, pos = read_string(data, pos, True, False, 'ClientHost')
+    n11, pos = read_array_length(data, pos, True, False, 'SubscribedTopicNames')
+    if n11 < 0:
+        f_subscribed_topic_names = None
+    else:
+        f_subscribed_topic_names = []
+        for _ in range(n11):
+            x12, pos = read_string(data, pos, True, False, 'SubscribedTopicNames')
+            f_subscribed_topic_names.append(x12)
+    c14 = data[pos]
+    if 0 < c14 < 128:
+        end13 = pos + c14
+        if end13 > len(data):
+            raise truncated('SubscribedTopicRegex')
+        f_subscribed_topic_regex = str(data[pos + 1:end13], 'utf-8')
+        pos = end13
+    else:
+        f_subscribed_topic_regex, pos = read_string(data, pos, True, True, 'SubscribedTopicRegex')
+    f_assignment, pos = _d_Assignment_0(data, pos)
+    f_target_assignment, pos = _d_Assignment_0(data, pos)
+    f_member_type, = _S1.unpack_from(data, pos)
+    pos += 1
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment, f_member_type), pos
 
 
 def _e_DescribedGroup_0(m, buf):
-    buf += _S1.pack(m.error_code)
+    buf += _S2.pack(m.error_code)
     s2 = m.error_message
     if s2 is None:
         buf += b'\x00'
@@ -330,7 +481,7 @@ def _e_DescribedGroup_0(m, buf):
     else:
         write_uvarint(buf, b5n)
     buf += b5
-    buf += _S2.pack(m.group_epoch, m.assignment_epoch)
+    buf += _S3.pack(m.group_epoch, m.assignment_epoch)
     b7 = m.assignor_name.encode()
     b7n = len(b7) + 1
     if b7n < 128:
@@ -351,7 +502,7 @@ def _e_DescribedGroup_0(m, buf):
 
 
 def _d_DescribedGroup_0(data, pos):
-    f_error_code, = _S1.unpack_from(data, pos)
+    f_error_code, = _S2.unpack_from(data, pos)
     pos += 2
     c2 = data[pos]
     if 0 < c2 < 128:
@@ -380,7 +531,7 @@ def _d_DescribedGroup_0(data, pos):
         pos = end5
     else:
         f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
-    f_group_epoch, f_assignment_epoch, = _S2.unpack_from(data, pos)
+    f_group_epoch, f_assignment_epoch, = _S3.unpack_from(data, pos)
     pos += 8
     c8 = data[pos]
     if 0 < c8 < 128:
@@ -398,6 +549,114 @@ def _d_DescribedGroup_0(data, pos):
         f_members = []
         for _ in range(n9):
             x10, pos = _d_Member_0(data, pos)
+            f_members.append(x10)
+    f_authorized_operations, = _S0.unpack_from(data, pos)
+    pos += 4
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations), pos
+
+
+def _e_DescribedGroup_1(m, buf):
+    buf += _S2.pack(m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    b3 = m.group_id.encode()
+    b3n = len(b3) + 1
+    if b3n < 128:
+        buf.append(b3n)
+    else:
+        write_uvarint(buf, b3n)
+    buf += b3
+    b5 = m.group_state.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
+    buf += _S3.pack(m.group_epoch, m.assignment_epoch)
+    b7 = m.assignor_name.encode()
+    b7n = len(b7) + 1
+    if b7n < 128:
+        buf.append(b7n)
+    else:
+        write_uvarint(buf, b7n)
+    buf += b7
+    a9 = m.members
+    n10 = len(a9)
+    if n10 < 127:
+        buf.append(n10 + 1)
+    else:
+        write_uvarint(buf, n10 + 1)
+    for x in a9:
+        _e_Member_1(x, buf)
+    buf += _S0.pack(m.authorized_operations)
+    buf.append(0)
+
+
+def _d_DescribedGroup_1(data, pos):
+    f_error_code, = _S2.unpack_from(data, pos)
+    pos += 2
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    f_group_epoch, f_assignment_epoch, = _S3.unpack_from(data, pos)
+    pos += 8
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('AssignorName')
+        f_assignor_name = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_assignor_name, pos = read_string(data, pos, True, False, 'AssignorName')
+    n9, pos = read_array_length(data, pos, True, False, 'Members')
+    if n9 < 0:
+        f_members = None
+    else:
+        f_members = []
+        for _ in range(n9):
+            x10, pos = _d_Member_1(data, pos)
             f_members.append(x10)
     f_authorized_operations, = _S0.unpack_from(data, pos)
     pos += 4
@@ -445,10 +704,46 @@ def _d_ConsumerGroupDescribeResponse_0(data, pos):
     return ConsumerGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
 
 
+def _e_ConsumerGroupDescribeResponse_1(m, buf):
+    buf += _S0.pack(m.throttle_time_ms)
+    a1 = m.groups
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_DescribedGroup_1(x, buf)
+    buf.append(0)
+
+
+def _d_ConsumerGroupDescribeResponse_1(data, pos):
+    f_throttle_time_ms, = _S0.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'Groups')
+    if n1 < 0:
+        f_groups = None
+    else:
+        f_groups = []
+        for _ in range(n1):
+            x2, pos = _d_DescribedGroup_1(data, pos)
+            f_groups.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ConsumerGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
+
+
 _ENCODERS_ConsumerGroupDescribeResponse = {
     0: _e_ConsumerGroupDescribeResponse_0,
+    1: _e_ConsumerGroupDescribeResponse_1,
 }
 _DECODERS_ConsumerGroupDescribeResponse = {
     0: _d_ConsumerGroupDescribeResponse_0,
+    1: _d_ConsumerGroupDescribeResponse_1,
 }
 

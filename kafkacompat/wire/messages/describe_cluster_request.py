@@ -41,8 +41,6 @@ class DescribeClusterRequest:
 def _e_DescribeClusterRequest_0(m, buf):
     if m.endpoint_type != 1:
         raise unsupported('DescribeClusterRequest', 'EndpointType', '1+')
-    if m.include_fenced_brokers != False:
-        raise unsupported('DescribeClusterRequest', 'IncludeFencedBrokers', '2+')
     buf += _S0.pack(m.include_cluster_authorized_operations)
     buf.append(0)
 
@@ -61,8 +59,6 @@ def _d_DescribeClusterRequest_0(data, pos):
 
 
 def _e_DescribeClusterRequest_1(m, buf):
-    if m.include_fenced_brokers != False:
-        raise unsupported('DescribeClusterRequest', 'IncludeFencedBrokers', '2+')
     buf += _S1.pack(m.include_cluster_authorized_operations, m.endpoint_type)
     buf.append(0)
 

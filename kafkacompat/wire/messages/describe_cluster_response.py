@@ -55,8 +55,6 @@ DescribeClusterResponse.DescribeClusterBroker = DescribeClusterBroker  # type: i
 
 
 def _e_DescribeClusterBroker_0(m, buf):
-    if m.is_fenced != False:
-        raise unsupported('DescribeClusterBroker', 'IsFenced', '2+')
     buf += _S0.pack(m.broker_id)
     b1 = m.host.encode()
     b1n = len(b1) + 1

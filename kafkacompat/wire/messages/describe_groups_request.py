@@ -122,6 +122,7 @@ _ENCODERS_DescribeGroupsRequest = {
     3: _e_DescribeGroupsRequest_1,
     4: _e_DescribeGroupsRequest_1,
     5: _e_DescribeGroupsRequest_2,
+    6: _e_DescribeGroupsRequest_2,
 }
 _DECODERS_DescribeGroupsRequest = {
     0: _d_DescribeGroupsRequest_0,
@@ -130,5 +131,6 @@ _DECODERS_DescribeGroupsRequest = {
     3: _d_DescribeGroupsRequest_1,
     4: _d_DescribeGroupsRequest_1,
     5: _d_DescribeGroupsRequest_2,
+    6: _d_DescribeGroupsRequest_2,
 }
 

@@ -32,6 +32,7 @@ class DescribedGroupMember:
 @dataclass(slots=True)
 class DescribedGroup:
     error_code: int = 0
+    error_message: str | None = None
     group_id: str = ''
     group_state: str = ''
     protocol_type: str = ''
@@ -338,7 +339,7 @@ def _d_DescribedGroup_0(data, pos):
         for _ in range(n9):
             x10, pos = _d_DescribedGroupMember_0(data, pos)
             f_members.append(x10)
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648), pos
+    return DescribedGroup(f_error_code, None, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, -2147483648), pos
 
 
 def _e_DescribedGroup_1(m, buf):
@@ -412,7 +413,7 @@ def _d_DescribedGroup_1(data, pos):
             f_members.append(x10)
     f_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 4
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
+    return DescribedGroup(f_error_code, None, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
 def _e_DescribedGroup_2(m, buf):
@@ -486,7 +487,7 @@ def _d_DescribedGroup_2(data, pos):
             f_members.append(x10)
     f_authorized_operations, = _S1.unpack_from(data, pos)
     pos += 4
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
+    return DescribedGroup(f_error_code, None, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
 def _e_DescribedGroup_3(m, buf):
@@ -587,7 +588,128 @@ def _d_DescribedGroup_3(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return DescribedGroup(f_error_code, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
+    return DescribedGroup(f_error_code, None, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
+
+
+def _e_DescribedGroup_4(m, buf):
+    buf += _S0.pack(m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    b3 = m.group_id.encode()
+    b3n = len(b3) + 1
+    if b3n < 128:
+        buf.append(b3n)
+    else:
+        write_uvarint(buf, b3n)
+    buf += b3
+    b5 = m.group_state.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
+    b7 = m.protocol_type.encode()
+    b7n = len(b7) + 1
+    if b7n < 128:
+        buf.append(b7n)
+    else:
+        write_uvarint(buf, b7n)
+    buf += b7
+    b9 = m.protocol_data.encode()
+    b9n = len(b9) + 1
+    if b9n < 128:
+        buf.append(b9n)
+    else:
+        write_uvarint(buf, b9n)
+    buf += b9
+    a11 = m.members
+    n12 = len(a11)
+    if n12 < 127:
+        buf.append(n12 + 1)
+    else:
+        write_uvarint(buf, n12 + 1)
+    for x in a11:
+        _e_DescribedGroupMember_2(x, buf)
+    buf += _S1.pack(m.authorized_operations)
+    buf.append(0)
+
+
+def _d_DescribedGroup_4(data, pos):
+    f_error_code, = _S0.unpack_from(data, pos)
+    pos += 2
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupState')
+        f_group_state = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_state, pos = read_string(data, pos, True, False, 'GroupState')
+    c8 = data[pos]
+    if 0 < c8 < 128:
+        end7 = pos + c8
+        if end7 > len(data):
+            raise truncated('ProtocolType')
+        f_protocol_type = str(data[pos + 1:end7], 'utf-8')
+        pos = end7
+    else:
+        f_protocol_type, pos = read_string(data, pos, True, False, 'ProtocolType')
+    c10 = data[pos]
+    if 0 < c10 < 128:
+        end9 = pos + c10
+        if end9 > len(data):
+            raise truncated('ProtocolData')
+        f_protocol_data = str(data[pos + 1:end9], 'utf-8')
+        pos = end9
+    else:
+        f_protocol_data, pos = read_string(data, pos, True, False, 'ProtocolData')
+    n11, pos = read_array_length(data, pos, True, False, 'Members')
+    if n11 < 0:
+        f_members = None
+    else:
+        f_members = []
+        for _ in range(n11):
+            x12, pos = _d_DescribedGroupMember_2(data, pos)
+            f_members.append(x12)
+    f_authorized_operations, = _S1.unpack_from(data, pos)
+    pos += 4
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
 def _e_DescribeGroupsResponse_0(m, buf):
@@ -713,6 +835,40 @@ def _d_DescribeGroupsResponse_4(data, pos):
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
+def _e_DescribeGroupsResponse_5(m, buf):
+    buf += _S1.pack(m.throttle_time_ms)
+    a1 = m.groups
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_DescribedGroup_4(x, buf)
+    buf.append(0)
+
+
+def _d_DescribeGroupsResponse_5(data, pos):
+    f_throttle_time_ms, = _S1.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'Groups')
+    if n1 < 0:
+        f_groups = None
+    else:
+        f_groups = []
+        for _ in range(n1):
+            x2, pos = _d_DescribedGroup_4(data, pos)
+            f_groups.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
+
+
 _ENCODERS_DescribeGroupsResponse = {
     0: _e_DescribeGroupsResponse_0,
     1: _e_DescribeGroupsResponse_1,
@@ -720,6 +876,7 @@ _ENCODERS_DescribeGroupsResponse = {
     3: _e_DescribeGroupsResponse_2,
     4: _e_DescribeGroupsResponse_3,
     5: _e_DescribeGroupsResponse_4,
+    6: _e_DescribeGroupsResponse_5,
 }
 _DECODERS_DescribeGroupsResponse = {
     0: _d_DescribeGroupsResponse_0,
@@ -728,5 +885,6 @@ _DECODERS_DescribeGroupsResponse = {
     3: _d_DescribeGroupsResponse_2,
     4: _d_DescribeGroupsResponse_3,
     5: _d_DescribeGroupsResponse_4,
+    6: _d_DescribeGroupsResponse_5,
 }
 

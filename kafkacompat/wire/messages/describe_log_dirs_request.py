@@ -177,6 +177,7 @@ _ENCODERS_DescribeLogDirsRequest = {
     2: _e_DescribeLogDirsRequest_1,
     3: _e_DescribeLogDirsRequest_1,
     4: _e_DescribeLogDirsRequest_1,
+    5: _e_DescribeLogDirsRequest_1,
 }
 _DECODERS_DescribeLogDirsRequest = {
     0: _d_DescribeLogDirsRequest_0,
@@ -184,5 +185,6 @@ _DECODERS_DescribeLogDirsRequest = {
     2: _d_DescribeLogDirsRequest_1,
     3: _d_DescribeLogDirsRequest_1,
     4: _d_DescribeLogDirsRequest_1,
+    5: _d_DescribeLogDirsRequest_1,
 }
 

@@ -19,7 +19,8 @@ _S0 = struct.Struct('>iqq?')
 _S1 = struct.Struct('>h')
 _S2 = struct.Struct('>i')
 _S3 = struct.Struct('>qq')
-_S4 = struct.Struct('>ih')
+_S4 = struct.Struct('>qq?')
+_S5 = struct.Struct('>ih')
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class DescribeLogDirsResult:
     topics: list[DescribeLogDirsTopic] = field(default_factory=list)
     total_bytes: int = -1
     usable_bytes: int = -1
+    is_cordoned: bool = False
 
 
 @dataclass(slots=True)
@@ -205,7 +207,7 @@ def _d_DescribeLogDirsResult_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_DescribeLogDirsTopic_0(data, pos)
             f_topics.append(x4)
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
+    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, False), pos
 
 
 def _e_DescribeLogDirsResult_1(m, buf):
@@ -255,7 +257,7 @@ def _d_DescribeLogDirsResult_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1), pos
+    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, False), pos
 
 
 def _e_DescribeLogDirsResult_2(m, buf):
@@ -308,7 +310,60 @@ def _d_DescribeLogDirsResult_2(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes), pos
+    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, False), pos
+
+
+def _e_DescribeLogDirsResult_3(m, buf):
+    buf += _S1.pack(m.error_code)
+    b1 = m.log_dir.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    a3 = m.topics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_DescribeLogDirsTopic_1(x, buf)
+    buf += _S4.pack(m.total_bytes, m.usable_bytes, m.is_cordoned)
+    buf.append(0)
+
+
+def _d_DescribeLogDirsResult_3(data, pos):
+    f_error_code, = _S1.unpack_from(data, pos)
+    pos += 2
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('LogDir')
+        f_log_dir = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_log_dir, pos = read_string(data, pos, True, False, 'LogDir')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n3):
+            x4, pos = _d_DescribeLogDirsTopic_1(data, pos)
+            f_topics.append(x4)
+    f_total_bytes, f_usable_bytes, f_is_cordoned, = _S4.unpack_from(data, pos)
+    pos += 17
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, f_is_cordoned), pos
 
 
 def _e_DescribeLogDirsResponse_0(m, buf):
@@ -369,7 +424,7 @@ def _d_DescribeLogDirsResponse_1(data, pos):
 
 
 def _e_DescribeLogDirsResponse_2(m, buf):
-    buf += _S4.pack(m.throttle_time_ms, m.error_code)
+    buf += _S5.pack(m.throttle_time_ms, m.error_code)
     a1 = m.results
     n2 = len(a1)
     if n2 < 127:
@@ -382,7 +437,7 @@ def _e_DescribeLogDirsResponse_2(m, buf):
 
 
 def _d_DescribeLogDirsResponse_2(data, pos):
-    f_throttle_time_ms, f_error_code, = _S4.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S5.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, True, False, 'Results')
     if n1 < 0:
@@ -403,7 +458,7 @@ def _d_DescribeLogDirsResponse_2(data, pos):
 
 
 def _e_DescribeLogDirsResponse_3(m, buf):
-    buf += _S4.pack(m.throttle_time_ms, m.error_code)
+    buf += _S5.pack(m.throttle_time_ms, m.error_code)
     a1 = m.results
     n2 = len(a1)
     if n2 < 127:
@@ -416,7 +471,7 @@ def _e_DescribeLogDirsResponse_3(m, buf):
 
 
 def _d_DescribeLogDirsResponse_3(data, pos):
-    f_throttle_time_ms, f_error_code, = _S4.unpack_from(data, pos)
+    f_throttle_time_ms, f_error_code, = _S5.unpack_from(data, pos)
     pos += 6
     n1, pos = read_array_length(data, pos, True, False, 'Results')
     if n1 < 0:
@@ -436,12 +491,47 @@ def _d_DescribeLogDirsResponse_3(data, pos):
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
+def _e_DescribeLogDirsResponse_4(m, buf):
+    buf += _S5.pack(m.throttle_time_ms, m.error_code)
+    a1 = m.results
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_DescribeLogDirsResult_3(x, buf)
+    buf.append(0)
+
+
+def _d_DescribeLogDirsResponse_4(data, pos):
+    f_throttle_time_ms, f_error_code, = _S5.unpack_from(data, pos)
+    pos += 6
+    n1, pos = read_array_length(data, pos, True, False, 'Results')
+    if n1 < 0:
+        f_results = None
+    else:
+        f_results = []
+        for _ in range(n1):
+            x2, pos = _d_DescribeLogDirsResult_3(data, pos)
+            f_results.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
+
+
 _ENCODERS_DescribeLogDirsResponse = {
     0: _e_DescribeLogDirsResponse_0,
     1: _e_DescribeLogDirsResponse_0,
     2: _e_DescribeLogDirsResponse_1,
     3: _e_DescribeLogDirsResponse_2,
     4: _e_DescribeLogDirsResponse_3,
+    5: _e_DescribeLogDirsResponse_4,
 }
 _DECODERS_DescribeLogDirsResponse = {
     0: _d_DescribeLogDirsResponse_0,
@@ -449,5 +539,6 @@ _DECODERS_DescribeLogDirsResponse = {
     2: _d_DescribeLogDirsResponse_1,
     3: _d_DescribeLogDirsResponse_2,
     4: _d_DescribeLogDirsResponse_3,
+    5: _d_DescribeLogDirsResponse_4,
 }
 

@@ -174,8 +174,10 @@ def _d_DescribeShareGroupOffsetsRequest_0(data, pos):
 
 _ENCODERS_DescribeShareGroupOffsetsRequest = {
     0: _e_DescribeShareGroupOffsetsRequest_0,
+    1: _e_DescribeShareGroupOffsetsRequest_0,
 }
 _DECODERS_DescribeShareGroupOffsetsRequest = {
     0: _d_DescribeShareGroupOffsetsRequest_0,
+    1: _d_DescribeShareGroupOffsetsRequest_0,
 }
 

@@ -16,8 +16,9 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>iqih')
-_S1 = struct.Struct('>h')
-_S2 = struct.Struct('>i')
+_S1 = struct.Struct('>iqiqh')
+_S2 = struct.Struct('>h')
+_S3 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -25,6 +26,7 @@ class DescribeShareGroupOffsetsResponsePartition:
     partition_index: int = 0
     start_offset: int = 0
     leader_epoch: int = 0
+    lag: int = -1
     error_code: int = 0
     error_message: str | None = None
 
@@ -99,7 +101,45 @@ def _d_DescribeShareGroupOffsetsResponsePartition_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return DescribeShareGroupOffsetsResponsePartition(f_partition_index, f_start_offset, f_leader_epoch, f_error_code, f_error_message), pos
+    return DescribeShareGroupOffsetsResponsePartition(f_partition_index, f_start_offset, f_leader_epoch, -1, f_error_code, f_error_message), pos
+
+
+def _e_DescribeShareGroupOffsetsResponsePartition_1(m, buf):
+    buf += _S1.pack(m.partition_index, m.start_offset, m.leader_epoch, m.lag, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf.append(0)
+
+
+def _d_DescribeShareGroupOffsetsResponsePartition_1(data, pos):
+    f_partition_index, f_start_offset, f_leader_epoch, f_lag, f_error_code, = _S1.unpack_from(data, pos)
+    pos += 26
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeShareGroupOffsetsResponsePartition(f_partition_index, f_start_offset, f_leader_epoch, f_lag, f_error_code, f_error_message), pos
 
 
 def _e_DescribeShareGroupOffsetsResponseTopic_0(m, buf):
@@ -151,6 +191,55 @@ def _d_DescribeShareGroupOffsetsResponseTopic_0(data, pos):
     return DescribeShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_partitions), pos
 
 
+def _e_DescribeShareGroupOffsetsResponseTopic_1(m, buf):
+    b1 = m.topic_name.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    buf += uuid_bytes(m.topic_id)
+    a3 = m.partitions
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_DescribeShareGroupOffsetsResponsePartition_1(x, buf)
+    buf.append(0)
+
+
+def _d_DescribeShareGroupOffsetsResponseTopic_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    f_topic_id, pos = read_uuid(data, pos)
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n3):
+            x4, pos = _d_DescribeShareGroupOffsetsResponsePartition_1(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_partitions), pos
+
+
 def _e_DescribeShareGroupOffsetsResponseGroup_0(m, buf):
     b1 = m.group_id.encode()
     b1n = len(b1) + 1
@@ -167,7 +256,7 @@ def _e_DescribeShareGroupOffsetsResponseGroup_0(m, buf):
         write_uvarint(buf, n4 + 1)
     for x in a3:
         _e_DescribeShareGroupOffsetsResponseTopic_0(x, buf)
-    buf += _S1.pack(m.error_code)
+    buf += _S2.pack(m.error_code)
     s6 = m.error_message
     if s6 is None:
         buf += b'\x00'
@@ -200,7 +289,77 @@ def _d_DescribeShareGroupOffsetsResponseGroup_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_DescribeShareGroupOffsetsResponseTopic_0(data, pos)
             f_topics.append(x4)
-    f_error_code, = _S1.unpack_from(data, pos)
+    f_error_code, = _S2.unpack_from(data, pos)
+    pos += 2
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeShareGroupOffsetsResponseGroup(f_group_id, f_topics, f_error_code, f_error_message), pos
+
+
+def _e_DescribeShareGroupOffsetsResponseGroup_1(m, buf):
+    b1 = m.group_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    a3 = m.topics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_DescribeShareGroupOffsetsResponseTopic_1(x, buf)
+    buf += _S2.pack(m.error_code)
+    s6 = m.error_message
+    if s6 is None:
+        buf += b'\x00'
+    else:
+        b5 = s6.encode()
+        b5n = len(b5) + 1
+        if b5n < 128:
+            buf.append(b5n)
+        else:
+            write_uvarint(buf, b5n)
+        buf += b5
+    buf.append(0)
+
+
+def _d_DescribeShareGroupOffsetsResponseGroup_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n3):
+            x4, pos = _d_DescribeShareGroupOffsetsResponseTopic_1(data, pos)
+            f_topics.append(x4)
+    f_error_code, = _S2.unpack_from(data, pos)
     pos += 2
     c6 = data[pos]
     if 0 < c6 < 128:
@@ -222,7 +381,7 @@ def _d_DescribeShareGroupOffsetsResponseGroup_0(data, pos):
 
 
 def _e_DescribeShareGroupOffsetsResponse_0(m, buf):
-    buf += _S2.pack(m.throttle_time_ms)
+    buf += _S3.pack(m.throttle_time_ms)
     a1 = m.groups
     n2 = len(a1)
     if n2 < 127:
@@ -235,7 +394,7 @@ def _e_DescribeShareGroupOffsetsResponse_0(m, buf):
 
 
 def _d_DescribeShareGroupOffsetsResponse_0(data, pos):
-    f_throttle_time_ms, = _S2.unpack_from(data, pos)
+    f_throttle_time_ms, = _S3.unpack_from(data, pos)
     pos += 4
     n1, pos = read_array_length(data, pos, True, False, 'Groups')
     if n1 < 0:
@@ -255,10 +414,46 @@ def _d_DescribeShareGroupOffsetsResponse_0(data, pos):
     return DescribeShareGroupOffsetsResponse(f_throttle_time_ms, f_groups), pos
 
 
+def _e_DescribeShareGroupOffsetsResponse_1(m, buf):
+    buf += _S3.pack(m.throttle_time_ms)
+    a1 = m.groups
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_DescribeShareGroupOffsetsResponseGroup_1(x, buf)
+    buf.append(0)
+
+
+def _d_DescribeShareGroupOffsetsResponse_1(data, pos):
+    f_throttle_time_ms, = _S3.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'Groups')
+    if n1 < 0:
+        f_groups = None
+    else:
+        f_groups = []
+        for _ in range(n1):
+            x2, pos = _d_DescribeShareGroupOffsetsResponseGroup_1(data, pos)
+            f_groups.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return DescribeShareGroupOffsetsResponse(f_throttle_time_ms, f_groups), pos
+
+
 _ENCODERS_DescribeShareGroupOffsetsResponse = {
     0: _e_DescribeShareGroupOffsetsResponse_0,
+    1: _e_DescribeShareGroupOffsetsResponse_1,
 }
 _DECODERS_DescribeShareGroupOffsetsResponse = {
     0: _d_DescribeShareGroupOffsetsResponse_0,
+    1: _d_DescribeShareGroupOffsetsResponse_1,
 }
 

@@ -20,13 +20,14 @@ _S1 = struct.Struct('>iqi')
 _S2 = struct.Struct('>iqqi')
 _S3 = struct.Struct('>iiqqi')
 _S4 = struct.Struct('>iiqiqi')
-_S5 = struct.Struct('>h')
-_S6 = struct.Struct('>i')
-_S7 = struct.Struct('>iii')
-_S8 = struct.Struct('>iiii')
-_S9 = struct.Struct('>iiiib')
-_S10 = struct.Struct('>iiiibii')
-_S11 = struct.Struct('>iiibii')
+_S5 = struct.Struct('>q')
+_S6 = struct.Struct('>h')
+_S7 = struct.Struct('>i')
+_S8 = struct.Struct('>iii')
+_S9 = struct.Struct('>iiii')
+_S10 = struct.Struct('>iiiib')
+_S11 = struct.Struct('>iiiibii')
+_S12 = struct.Struct('>iiibii')
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
@@ -45,6 +46,7 @@ class FetchPartition:
     log_start_offset: int = -1
     partition_max_bytes: int = 0
     replica_directory_id: uuid.UUID = ZERO_UUID
+    high_watermark: int = 9223372036854775807
 
 
 @dataclass(slots=True)
@@ -149,7 +151,7 @@ def _e_FetchPartition_0(m, buf):
 def _d_FetchPartition_0(data, pos):
     f_partition, f_fetch_offset, f_partition_max_bytes, = _S1.unpack_from(data, pos)
     pos += 16
-    return FetchPartition(f_partition, -1, f_fetch_offset, -1, -1, f_partition_max_bytes, ZERO_UUID), pos
+    return FetchPartition(f_partition, -1, f_fetch_offset, -1, -1, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
 
 def _e_FetchPartition_1(m, buf):
@@ -161,7 +163,7 @@ def _e_FetchPartition_1(m, buf):
 def _d_FetchPartition_1(data, pos):
     f_partition, f_fetch_offset, f_log_start_offset, f_partition_max_bytes, = _S2.unpack_from(data, pos)
     pos += 24
-    return FetchPartition(f_partition, -1, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID), pos
+    return FetchPartition(f_partition, -1, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
 
 def _e_FetchPartition_2(m, buf):
@@ -173,7 +175,7 @@ def _e_FetchPartition_2(m, buf):
 def _d_FetchPartition_2(data, pos):
     f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes, = _S3.unpack_from(data, pos)
     pos += 28
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID), pos
+    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
 
 def _e_FetchPartition_3(m, buf):
@@ -191,7 +193,7 @@ def _d_FetchPartition_3(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID), pos
+    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
 
 def _e_FetchPartition_4(m, buf):
@@ -223,22 +225,67 @@ def _d_FetchPartition_4(data, pos):
                 f_replica_directory_id, p = read_uuid(data, p)
             else:
                 pos = skip_tagged_field(data, pos)
-    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id), pos
+    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, 9223372036854775807), pos
+
+
+def _e_FetchPartition_5(m, buf):
+    buf += _S4.pack(m.partition, m.current_leader_epoch, m.fetch_offset, m.last_fetched_epoch, m.log_start_offset, m.partition_max_bytes)
+    tags = []
+    v1 = m.replica_directory_id
+    if v1 not in (None, ZERO_UUID):
+        t = bytearray()
+        t += uuid_bytes(v1)
+        tags.append((0, t))
+    v2 = m.high_watermark
+    if v2 != 9223372036854775807:
+        t = bytearray()
+        t += _S5.pack(v2)
+        tags.append((1, t))
+    write_tagged(buf, tags)
+
+
+def _d_FetchPartition_5(data, pos):
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S4.unpack_from(data, pos)
+    pos += 32
+    f_replica_directory_id = ZERO_UUID
+    f_high_watermark = 9223372036854775807
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaDirectoryId')
+                f_replica_directory_id, p = read_uuid(data, p)
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('HighWatermark')
+                f_high_watermark = _S5.unpack_from(data, p)[0]
+                p += 8
+            else:
+                pos = skip_tagged_field(data, pos)
+    return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, f_high_watermark), pos
 
 
 def _e_FetchTopic_0(m, buf):
     b1 = m.topic.encode()
-    buf += _S5.pack(len(b1))
+    buf += _S6.pack(len(b1))
     buf += b1
     a3 = m.partitions
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_FetchPartition_0(x, buf)
 
 
 def _d_FetchTopic_0(data, pos):
-    n2 = _S5.unpack_from(data, pos)[0]
+    n2 = _S6.unpack_from(data, pos)[0]
     if n2 >= 0:
         end1 = pos + 2 + n2
         if end1 > len(data):
@@ -260,17 +307,17 @@ def _d_FetchTopic_0(data, pos):
 
 def _e_FetchTopic_1(m, buf):
     b1 = m.topic.encode()
-    buf += _S5.pack(len(b1))
+    buf += _S6.pack(len(b1))
     buf += b1
     a3 = m.partitions
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_FetchPartition_1(x, buf)
 
 
 def _d_FetchTopic_1(data, pos):
-    n2 = _S5.unpack_from(data, pos)[0]
+    n2 = _S6.unpack_from(data, pos)[0]
     if n2 >= 0:
         end1 = pos + 2 + n2
         if end1 > len(data):
@@ -292,17 +339,17 @@ def _d_FetchTopic_1(data, pos):
 
 def _e_FetchTopic_2(m, buf):
     b1 = m.topic.encode()
-    buf += _S5.pack(len(b1))
+    buf += _S6.pack(len(b1))
     buf += b1
     a3 = m.partitions
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_FetchPartition_2(x, buf)
 
 
 def _d_FetchTopic_2(data, pos):
-    n2 = _S5.unpack_from(data, pos)[0]
+    n2 = _S6.unpack_from(data, pos)[0]
     if n2 >= 0:
         end1 = pos + 2 + n2
         if end1 > len(data):
@@ -435,6 +482,39 @@ def _d_FetchTopic_5(data, pos):
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
+def _e_FetchTopic_6(m, buf):
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_FetchPartition_5(x, buf)
+    buf.append(0)
+
+
+def _d_FetchTopic_6(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_FetchPartition_5(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return FetchTopic('', f_topic_id, f_partitions), pos
+
+
 def _e_ForgottenTopic_0(m, buf):
     if m.partitions:
         raise unsupported('ForgottenTopic', 'Partitions', '7+')
@@ -446,16 +526,16 @@ def _d_ForgottenTopic_0(data, pos):
 
 def _e_ForgottenTopic_1(m, buf):
     b1 = m.topic.encode()
-    buf += _S5.pack(len(b1))
+    buf += _S6.pack(len(b1))
     buf += b1
     a3 = m.partitions
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     buf += (_Ai[n4] if n4 < 64 else struct.Struct(f'>{n4}i')).pack(*a3)
 
 
 def _d_ForgottenTopic_1(data, pos):
-    n2 = _S5.unpack_from(data, pos)[0]
+    n2 = _S6.unpack_from(data, pos)[0]
     if n2 >= 0:
         end1 = pos + 2 + n2
         if end1 > len(data):
@@ -549,16 +629,16 @@ def _e_FetchRequest_0(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S7.pack(m.replica_id, m.max_wait_ms, m.min_bytes)
+    buf += _S8.pack(m.replica_id, m.max_wait_ms, m.min_bytes)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_0(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, = _S7.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, = _S8.unpack_from(data, pos)
     pos += 12
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -576,16 +656,16 @@ def _e_FetchRequest_1(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S8.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes)
+    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_1(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S8.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, = _S9.unpack_from(data, pos)
     pos += 16
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -603,16 +683,16 @@ def _e_FetchRequest_2(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_0(x, buf)
 
 
 def _d_FetchRequest_2(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S10.unpack_from(data, pos)
     pos += 17
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -630,16 +710,16 @@ def _e_FetchRequest_3(m, buf):
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
     if m.forgotten_topics_data:
         raise unsupported('FetchRequest', 'ForgottenTopicsData', '7+')
-    buf += _S9.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
+    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_1(x, buf)
 
 
 def _d_FetchRequest_3(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S9.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, = _S10.unpack_from(data, pos)
     pos += 17
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -655,21 +735,21 @@ def _d_FetchRequest_3(data, pos):
 def _e_FetchRequest_4(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_1(x, buf)
     a3 = m.forgotten_topics_data
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_ForgottenTopic_1(x, buf)
 
 
 def _d_FetchRequest_4(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -693,21 +773,21 @@ def _d_FetchRequest_4(data, pos):
 def _e_FetchRequest_5(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_2(x, buf)
     a3 = m.forgotten_topics_data
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_ForgottenTopic_1(x, buf)
 
 
 def _d_FetchRequest_5(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -731,24 +811,24 @@ def _d_FetchRequest_5(data, pos):
 def _e_FetchRequest_6(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
-    buf += _S6.pack(n2)
+    buf += _S7.pack(n2)
     for x in a1:
         _e_FetchTopic_2(x, buf)
     a3 = m.forgotten_topics_data
     n4 = len(a3)
-    buf += _S6.pack(n4)
+    buf += _S7.pack(n4)
     for x in a3:
         _e_ForgottenTopic_1(x, buf)
     b5 = m.rack_id.encode()
-    buf += _S5.pack(len(b5))
+    buf += _S6.pack(len(b5))
     buf += b5
 
 
 def _d_FetchRequest_6(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, False, False, 'Topics')
     if n1 < 0:
@@ -766,7 +846,7 @@ def _d_FetchRequest_6(data, pos):
         for _ in range(n3):
             x4, pos = _d_ForgottenTopic_1(data, pos)
             f_forgotten_topics_data.append(x4)
-    n6 = _S5.unpack_from(data, pos)[0]
+    n6 = _S6.unpack_from(data, pos)[0]
     if n6 >= 0:
         end5 = pos + 2 + n6
         if end5 > len(data):
@@ -781,7 +861,7 @@ def _d_FetchRequest_6(data, pos):
 def _e_FetchRequest_7(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
     if n2 < 127:
@@ -825,7 +905,7 @@ def _e_FetchRequest_7(m, buf):
 
 
 def _d_FetchRequest_7(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -881,7 +961,7 @@ def _d_FetchRequest_7(data, pos):
 def _e_FetchRequest_8(m, buf):
     if m.replica_state != ReplicaState():
         raise unsupported('FetchRequest', 'ReplicaState', '15+')
-    buf += _S10.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S11.pack(m.replica_id, m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
     if n2 < 127:
@@ -925,7 +1005,7 @@ def _e_FetchRequest_8(m, buf):
 
 
 def _d_FetchRequest_8(data, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(data, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
     pos += 25
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -981,7 +1061,7 @@ def _d_FetchRequest_8(data, pos):
 def _e_FetchRequest_9(m, buf):
     if m.replica_id != -1:
         raise unsupported('FetchRequest', 'ReplicaId', '0-14')
-    buf += _S11.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S12.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
     if n2 < 127:
@@ -1030,7 +1110,7 @@ def _e_FetchRequest_9(m, buf):
 
 
 def _d_FetchRequest_9(data, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S12.unpack_from(data, pos)
     pos += 21
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -1093,7 +1173,7 @@ def _d_FetchRequest_9(data, pos):
 def _e_FetchRequest_10(m, buf):
     if m.replica_id != -1:
         raise unsupported('FetchRequest', 'ReplicaId', '0-14')
-    buf += _S11.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    buf += _S12.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
     a1 = m.topics
     n2 = len(a1)
     if n2 < 127:
@@ -1142,7 +1222,7 @@ def _e_FetchRequest_10(m, buf):
 
 
 def _d_FetchRequest_10(data, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S11.unpack_from(data, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S12.unpack_from(data, pos)
     pos += 21
     n1, pos = read_array_length(data, pos, True, False, 'Topics')
     if n1 < 0:
@@ -1151,6 +1231,118 @@ def _d_FetchRequest_10(data, pos):
         f_topics = []
         for _ in range(n1):
             x2, pos = _d_FetchTopic_5(data, pos)
+            f_topics.append(x2)
+    n3, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
+    if n3 < 0:
+        f_forgotten_topics_data = None
+    else:
+        f_forgotten_topics_data = []
+        for _ in range(n3):
+            x4, pos = _d_ForgottenTopic_3(data, pos)
+            f_forgotten_topics_data.append(x4)
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('RackId')
+        f_rack_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_rack_id, pos = read_string(data, pos, True, False, 'RackId')
+    f_cluster_id = None
+    f_replica_state = ReplicaState()
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ClusterId')
+                c8 = data[p]
+                if 0 < c8 < 128:
+                    end7 = p + c8
+                    if end7 > len(data):
+                        raise truncated('ClusterId')
+                    f_cluster_id = str(data[p + 1:end7], 'utf-8')
+                    p = end7
+                else:
+                    f_cluster_id, p = read_string(data, p, True, True, 'ClusterId')
+            elif tag == 1:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('ReplicaState')
+                f_replica_state, p = _d_ReplicaState_2(data, p)
+            else:
+                pos = skip_tagged_field(data, pos)
+    return FetchRequest(f_cluster_id, -1, f_replica_state, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
+
+
+def _e_FetchRequest_11(m, buf):
+    if m.replica_id != -1:
+        raise unsupported('FetchRequest', 'ReplicaId', '0-14')
+    buf += _S12.pack(m.max_wait_ms, m.min_bytes, m.max_bytes, m.isolation_level, m.session_id, m.session_epoch)
+    a1 = m.topics
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_FetchTopic_6(x, buf)
+    a3 = m.forgotten_topics_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_ForgottenTopic_3(x, buf)
+    b5 = m.rack_id.encode()
+    b5n = len(b5) + 1
+    if b5n < 128:
+        buf.append(b5n)
+    else:
+        write_uvarint(buf, b5n)
+    buf += b5
+    tags = []
+    v7 = m.cluster_id
+    if v7 is not None:
+        t = bytearray()
+        s9 = v7
+        if s9 is None:
+            t += b'\x00'
+        else:
+            b8 = s9.encode()
+            b8n = len(b8) + 1
+            if b8n < 128:
+                t.append(b8n)
+            else:
+                write_uvarint(t, b8n)
+            t += b8
+        tags.append((0, t))
+    v10 = m.replica_state
+    if v10 != ReplicaState():
+        t = bytearray()
+        _e_ReplicaState_2(v10, t)
+        tags.append((1, t))
+    write_tagged(buf, tags)
+
+
+def _d_FetchRequest_11(data, pos):
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S12.unpack_from(data, pos)
+    pos += 21
+    n1, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n1 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n1):
+            x2, pos = _d_FetchTopic_6(data, pos)
             f_topics.append(x2)
     n3, pos = read_array_length(data, pos, True, False, 'ForgottenTopicsData')
     if n3 < 0:
@@ -1221,6 +1413,7 @@ _ENCODERS_FetchRequest = {
     15: _e_FetchRequest_9,
     16: _e_FetchRequest_9,
     17: _e_FetchRequest_10,
+    18: _e_FetchRequest_11,
 }
 _DECODERS_FetchRequest = {
     0: _d_FetchRequest_0,
@@ -1241,5 +1434,6 @@ _DECODERS_FetchRequest = {
     15: _d_FetchRequest_9,
     16: _d_FetchRequest_9,
     17: _d_FetchRequest_10,
+    18: _d_FetchRequest_11,
 }
 

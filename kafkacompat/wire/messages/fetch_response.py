@@ -1078,6 +1078,7 @@ _ENCODERS_FetchResponse = {
     15: _e_FetchResponse_7,
     16: _e_FetchResponse_8,
     17: _e_FetchResponse_8,
+    18: _e_FetchResponse_8,
 }
 _DECODERS_FetchResponse = {
     0: _d_FetchResponse_0,
@@ -1098,5 +1099,6 @@ _DECODERS_FetchResponse = {
     15: _d_FetchResponse_7,
     16: _d_FetchResponse_8,
     17: _d_FetchResponse_8,
+    18: _d_FetchResponse_8,
 }
 

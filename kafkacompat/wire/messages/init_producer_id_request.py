@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>i')
 _S2 = struct.Struct('>iqh')
+_S3 = struct.Struct('>iqh??')
 
 
 @dataclass(slots=True)
@@ -26,6 +27,8 @@ class InitProducerIdRequest:
     transaction_timeout_ms: int = 0
     producer_id: int = -1
     producer_epoch: int = -1
+    enable2_pc: bool = False
+    keep_prepared_txn: bool = False
 
     def encode(self, version: int) -> bytearray:
         buf = bytearray()
@@ -66,7 +69,7 @@ def _d_InitProducerIdRequest_0(data, pos):
         f_transactional_id, pos = read_string(data, pos, False, True, 'TransactionalId')
     f_transaction_timeout_ms, = _S1.unpack_from(data, pos)
     pos += 4
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
+    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, False, False), pos
 
 
 def _e_InitProducerIdRequest_1(m, buf):
@@ -108,7 +111,7 @@ def _d_InitProducerIdRequest_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1), pos
+    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, False, False), pos
 
 
 def _e_InitProducerIdRequest_2(m, buf):
@@ -146,7 +149,45 @@ def _d_InitProducerIdRequest_2(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch), pos
+    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, False, False), pos
+
+
+def _e_InitProducerIdRequest_3(m, buf):
+    s2 = m.transactional_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S3.pack(m.transaction_timeout_ms, m.producer_id, m.producer_epoch, m.enable2_pc, m.keep_prepared_txn)
+    buf.append(0)
+
+
+def _d_InitProducerIdRequest_3(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
+    f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_enable2_pc, f_keep_prepared_txn, = _S3.unpack_from(data, pos)
+    pos += 16
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_enable2_pc, f_keep_prepared_txn), pos
 
 
 _ENCODERS_InitProducerIdRequest = {
@@ -156,6 +197,7 @@ _ENCODERS_InitProducerIdRequest = {
     3: _e_InitProducerIdRequest_2,
     4: _e_InitProducerIdRequest_2,
     5: _e_InitProducerIdRequest_2,
+    6: _e_InitProducerIdRequest_3,
 }
 _DECODERS_InitProducerIdRequest = {
     0: _d_InitProducerIdRequest_0,
@@ -164,5 +206,6 @@ _DECODERS_InitProducerIdRequest = {
     3: _d_InitProducerIdRequest_2,
     4: _d_InitProducerIdRequest_2,
     5: _d_InitProducerIdRequest_2,
+    6: _d_InitProducerIdRequest_3,
 }
 

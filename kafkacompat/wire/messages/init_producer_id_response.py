@@ -16,6 +16,7 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>ihqh')
+_S1 = struct.Struct('>ihqhqh')
 
 
 @dataclass(slots=True)
@@ -24,6 +25,8 @@ class InitProducerIdResponse:
     error_code: int = 0
     producer_id: int = -1
     producer_epoch: int = 0
+    ongoing_txn_producer_id: int = -1
+    ongoing_txn_producer_epoch: int = -1
 
     def encode(self, version: int) -> bytearray:
         buf = bytearray()
@@ -44,7 +47,7 @@ def _e_InitProducerIdResponse_0(m, buf):
 def _d_InitProducerIdResponse_0(data, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S0.unpack_from(data, pos)
     pos += 16
-    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
+    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, -1, -1), pos
 
 
 def _e_InitProducerIdResponse_1(m, buf):
@@ -62,7 +65,25 @@ def _d_InitProducerIdResponse_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
+    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, -1, -1), pos
+
+
+def _e_InitProducerIdResponse_2(m, buf):
+    buf += _S1.pack(m.throttle_time_ms, m.error_code, m.producer_id, m.producer_epoch, m.ongoing_txn_producer_id, m.ongoing_txn_producer_epoch)
+    buf.append(0)
+
+
+def _d_InitProducerIdResponse_2(data, pos):
+    f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_ongoing_txn_producer_id, f_ongoing_txn_producer_epoch, = _S1.unpack_from(data, pos)
+    pos += 26
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_ongoing_txn_producer_id, f_ongoing_txn_producer_epoch), pos
 
 
 _ENCODERS_InitProducerIdResponse = {
@@ -72,6 +93,7 @@ _ENCODERS_InitProducerIdResponse = {
     3: _e_InitProducerIdResponse_1,
     4: _e_InitProducerIdResponse_1,
     5: _e_InitProducerIdResponse_1,
+    6: _e_InitProducerIdResponse_2,
 }
 _DECODERS_InitProducerIdResponse = {
     0: _d_InitProducerIdResponse_0,
@@ -80,5 +102,6 @@ _DECODERS_InitProducerIdResponse = {
     3: _d_InitProducerIdResponse_1,
     4: _d_InitProducerIdResponse_1,
     5: _d_InitProducerIdResponse_1,
+    6: _d_InitProducerIdResponse_2,
 }
 

@@ -24,6 +24,7 @@ class ListTransactionsRequest:
     state_filters: list[str] = field(default_factory=list)
     producer_id_filters: list[int] = field(default_factory=list)
     duration_filter: int = -1
+    transactional_id_pattern: str | None = None
 
     def encode(self, version: int) -> bytearray:
         buf = bytearray()
@@ -79,7 +80,7 @@ def _d_ListTransactionsRequest_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1), pos
+    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1, None), pos
 
 
 def _e_ListTransactionsRequest_1(m, buf):
@@ -125,15 +126,83 @@ def _d_ListTransactionsRequest_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter), pos
+    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter, None), pos
+
+
+def _e_ListTransactionsRequest_2(m, buf):
+    a1 = m.state_filters
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        write_string(buf, x, True)
+    a3 = m.producer_id_filters
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    buf += (_Aq[n4] if n4 < 64 else struct.Struct(f'>{n4}q')).pack(*a3)
+    buf += _S0.pack(m.duration_filter)
+    s6 = m.transactional_id_pattern
+    if s6 is None:
+        buf += b'\x00'
+    else:
+        b5 = s6.encode()
+        b5n = len(b5) + 1
+        if b5n < 128:
+            buf.append(b5n)
+        else:
+            write_uvarint(buf, b5n)
+        buf += b5
+    buf.append(0)
+
+
+def _d_ListTransactionsRequest_2(data, pos):
+    n1, pos = read_array_length(data, pos, True, False, 'StateFilters')
+    if n1 < 0:
+        f_state_filters = None
+    else:
+        f_state_filters = []
+        for _ in range(n1):
+            x2, pos = read_string(data, pos, True, False, 'StateFilters')
+            f_state_filters.append(x2)
+    n3, pos = read_array_length(data, pos, True, False, 'ProducerIdFilters')
+    if n3 < 0:
+        f_producer_id_filters = None
+    else:
+        f_producer_id_filters, pos = read_fixed_array(data, pos, 'q', 8, n3, 'ProducerIdFilters')
+    f_duration_filter, = _S0.unpack_from(data, pos)
+    pos += 8
+    c5 = data[pos]
+    if 0 < c5 < 128:
+        end4 = pos + c5
+        if end4 > len(data):
+            raise truncated('TransactionalIdPattern')
+        f_transactional_id_pattern = str(data[pos + 1:end4], 'utf-8')
+        pos = end4
+    else:
+        f_transactional_id_pattern, pos = read_string(data, pos, True, True, 'TransactionalIdPattern')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter, f_transactional_id_pattern), pos
 
 
 _ENCODERS_ListTransactionsRequest = {
     0: _e_ListTransactionsRequest_0,
     1: _e_ListTransactionsRequest_1,
+    2: _e_ListTransactionsRequest_2,
 }
 _DECODERS_ListTransactionsRequest = {
     0: _d_ListTransactionsRequest_0,
     1: _d_ListTransactionsRequest_1,
+    2: _d_ListTransactionsRequest_2,
 }
 

@@ -149,9 +149,11 @@ def _d_ListTransactionsResponse_0(data, pos):
 _ENCODERS_ListTransactionsResponse = {
     0: _e_ListTransactionsResponse_0,
     1: _e_ListTransactionsResponse_0,
+    2: _e_ListTransactionsResponse_0,
 }
 _DECODERS_ListTransactionsResponse = {
     0: _d_ListTransactionsResponse_0,
     1: _d_ListTransactionsResponse_0,
+    2: _d_ListTransactionsResponse_0,
 }
 

@@ -35,6 +35,7 @@ class OffsetCommitRequestPartition:
 @dataclass(slots=True)
 class OffsetCommitRequestTopic:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partitions: list[OffsetCommitRequestPartition] = field(default_factory=list)
 
 
@@ -212,7 +213,7 @@ def _d_OffsetCommitRequestTopic_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_OffsetCommitRequestPartition_0(data, pos)
             f_partitions.append(x4)
-    return OffsetCommitRequestTopic(f_name, f_partitions), pos
+    return OffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_OffsetCommitRequestTopic_1(m, buf):
@@ -244,7 +245,7 @@ def _d_OffsetCommitRequestTopic_1(data, pos):
         for _ in range(n3):
             x4, pos = _d_OffsetCommitRequestPartition_1(data, pos)
             f_partitions.append(x4)
-    return OffsetCommitRequestTopic(f_name, f_partitions), pos
+    return OffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_OffsetCommitRequestTopic_2(m, buf):
@@ -276,7 +277,7 @@ def _d_OffsetCommitRequestTopic_2(data, pos):
         for _ in range(n3):
             x4, pos = _d_OffsetCommitRequestPartition_2(data, pos)
             f_partitions.append(x4)
-    return OffsetCommitRequestTopic(f_name, f_partitions), pos
+    return OffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_OffsetCommitRequestTopic_3(m, buf):
@@ -323,7 +324,42 @@ def _d_OffsetCommitRequestTopic_3(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetCommitRequestTopic(f_name, f_partitions), pos
+    return OffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
+
+
+def _e_OffsetCommitRequestTopic_4(m, buf):
+    if m.name != '':
+        raise unsupported('OffsetCommitRequestTopic', 'Name', '0-9')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetCommitRequestPartition_3(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetCommitRequestTopic_4(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetCommitRequestPartition_3(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetCommitRequestTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_OffsetCommitRequest_0(m, buf):
@@ -708,6 +744,92 @@ def _d_OffsetCommitRequest_6(data, pos):
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 
+def _e_OffsetCommitRequest_7(m, buf):
+    b1 = m.group_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    buf += _S4.pack(m.generation_id_or_member_epoch)
+    b3 = m.member_id.encode()
+    b3n = len(b3) + 1
+    if b3n < 128:
+        buf.append(b3n)
+    else:
+        write_uvarint(buf, b3n)
+    buf += b3
+    s6 = m.group_instance_id
+    if s6 is None:
+        buf += b'\x00'
+    else:
+        b5 = s6.encode()
+        b5n = len(b5) + 1
+        if b5n < 128:
+            buf.append(b5n)
+        else:
+            write_uvarint(buf, b5n)
+        buf += b5
+    a7 = m.topics
+    n8 = len(a7)
+    if n8 < 127:
+        buf.append(n8 + 1)
+    else:
+        write_uvarint(buf, n8 + 1)
+    for x in a7:
+        _e_OffsetCommitRequestTopic_4(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetCommitRequest_7(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    f_generation_id_or_member_epoch, = _S4.unpack_from(data, pos)
+    pos += 4
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, False, 'MemberId')
+    c6 = data[pos]
+    if 0 < c6 < 128:
+        end5 = pos + c6
+        if end5 > len(data):
+            raise truncated('GroupInstanceId')
+        f_group_instance_id = str(data[pos + 1:end5], 'utf-8')
+        pos = end5
+    else:
+        f_group_instance_id, pos = read_string(data, pos, True, True, 'GroupInstanceId')
+    n7, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n7 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n7):
+            x8, pos = _d_OffsetCommitRequestTopic_4(data, pos)
+            f_topics.append(x8)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
+
+
 _ENCODERS_OffsetCommitRequest = {
     0: _e_OffsetCommitRequest_0,
     1: _e_OffsetCommitRequest_1,
@@ -719,6 +841,7 @@ _ENCODERS_OffsetCommitRequest = {
     7: _e_OffsetCommitRequest_5,
     8: _e_OffsetCommitRequest_6,
     9: _e_OffsetCommitRequest_6,
+    10: _e_OffsetCommitRequest_7,
 }
 _DECODERS_OffsetCommitRequest = {
     0: _d_OffsetCommitRequest_0,
@@ -731,5 +854,6 @@ _DECODERS_OffsetCommitRequest = {
     7: _d_OffsetCommitRequest_5,
     8: _d_OffsetCommitRequest_6,
     9: _d_OffsetCommitRequest_6,
+    10: _d_OffsetCommitRequest_7,
 }
 

@@ -29,6 +29,7 @@ class OffsetCommitResponsePartition:
 @dataclass(slots=True)
 class OffsetCommitResponseTopic:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partitions: list[OffsetCommitResponsePartition] = field(default_factory=list)
 
 
@@ -108,7 +109,7 @@ def _d_OffsetCommitResponseTopic_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_OffsetCommitResponsePartition_0(data, pos)
             f_partitions.append(x4)
-    return OffsetCommitResponseTopic(f_name, f_partitions), pos
+    return OffsetCommitResponseTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
 def _e_OffsetCommitResponseTopic_1(m, buf):
@@ -155,7 +156,42 @@ def _d_OffsetCommitResponseTopic_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetCommitResponseTopic(f_name, f_partitions), pos
+    return OffsetCommitResponseTopic(f_name, ZERO_UUID, f_partitions), pos
+
+
+def _e_OffsetCommitResponseTopic_2(m, buf):
+    if m.name != '':
+        raise unsupported('OffsetCommitResponseTopic', 'Name', '0-9')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetCommitResponsePartition_1(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetCommitResponseTopic_2(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetCommitResponsePartition_1(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetCommitResponseTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_OffsetCommitResponse_0(m, buf):
@@ -235,6 +271,40 @@ def _d_OffsetCommitResponse_2(data, pos):
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
+def _e_OffsetCommitResponse_3(m, buf):
+    buf += _S2.pack(m.throttle_time_ms)
+    a1 = m.topics
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetCommitResponseTopic_2(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetCommitResponse_3(data, pos):
+    f_throttle_time_ms, = _S2.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n1 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetCommitResponseTopic_2(data, pos)
+            f_topics.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
+
+
 _ENCODERS_OffsetCommitResponse = {
     0: _e_OffsetCommitResponse_0,
     1: _e_OffsetCommitResponse_0,
@@ -246,6 +316,7 @@ _ENCODERS_OffsetCommitResponse = {
     7: _e_OffsetCommitResponse_1,
     8: _e_OffsetCommitResponse_2,
     9: _e_OffsetCommitResponse_2,
+    10: _e_OffsetCommitResponse_3,
 }
 _DECODERS_OffsetCommitResponse = {
     0: _d_OffsetCommitResponse_0,
@@ -258,5 +329,6 @@ _DECODERS_OffsetCommitResponse = {
     7: _d_OffsetCommitResponse_1,
     8: _d_OffsetCommitResponse_2,
     9: _d_OffsetCommitResponse_2,
+    10: _d_OffsetCommitResponse_3,
 }
 

@@ -30,6 +30,7 @@ class OffsetFetchRequestTopic:
 @dataclass(slots=True)
 class OffsetFetchRequestTopics:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partition_indexes: list[int] = field(default_factory=list)
 
 
@@ -134,39 +135,20 @@ def _d_OffsetFetchRequestTopic_1(data, pos):
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
-def _e_OffsetFetchRequestTopic_2(m, buf):
-    if m.name != '':
-        raise unsupported('OffsetFetchRequestTopic', 'Name', '0-7')
-    if m.partition_indexes:
-        raise unsupported('OffsetFetchRequestTopic', 'PartitionIndexes', '0-7')
-    buf.append(0)
-
-
-def _d_OffsetFetchRequestTopic_2(data, pos):
-    if data[pos] == 0:  # no tagged fields, the usual case
-        pos += 1
-    else:
-        count, pos = read_uvarint(data, pos)
-        for _ in range(count):
-            tag, pos = read_uvarint(data, pos)
-            pos = skip_tagged_field(data, pos)
-    return OffsetFetchRequestTopic('', []), pos
-
-
 def _e_OffsetFetchRequestTopics_0(m, buf):
     if m.name != '':
-        raise unsupported('OffsetFetchRequestTopics', 'Name', '8+')
+        raise unsupported('OffsetFetchRequestTopics', 'Name', '8-9')
     if m.partition_indexes:
         raise unsupported('OffsetFetchRequestTopics', 'PartitionIndexes', '8+')
 
 
 def _d_OffsetFetchRequestTopics_0(data, pos):
-    return OffsetFetchRequestTopics('', []), pos
+    return OffsetFetchRequestTopics('', ZERO_UUID, []), pos
 
 
 def _e_OffsetFetchRequestTopics_1(m, buf):
     if m.name != '':
-        raise unsupported('OffsetFetchRequestTopics', 'Name', '8+')
+        raise unsupported('OffsetFetchRequestTopics', 'Name', '8-9')
     if m.partition_indexes:
         raise unsupported('OffsetFetchRequestTopics', 'PartitionIndexes', '8+')
     buf.append(0)
@@ -180,7 +162,7 @@ def _d_OffsetFetchRequestTopics_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetFetchRequestTopics('', []), pos
+    return OffsetFetchRequestTopics('', ZERO_UUID, []), pos
 
 
 def _e_OffsetFetchRequestTopics_2(m, buf):
@@ -223,7 +205,38 @@ def _d_OffsetFetchRequestTopics_2(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetFetchRequestTopics(f_name, f_partition_indexes), pos
+    return OffsetFetchRequestTopics(f_name, ZERO_UUID, f_partition_indexes), pos
+
+
+def _e_OffsetFetchRequestTopics_3(m, buf):
+    if m.name != '':
+        raise unsupported('OffsetFetchRequestTopics', 'Name', '8-9')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partition_indexes
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    buf += (_Ai[n2] if n2 < 64 else struct.Struct(f'>{n2}i')).pack(*a1)
+    buf.append(0)
+
+
+def _d_OffsetFetchRequestTopics_3(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'PartitionIndexes')
+    if n1 < 0:
+        f_partition_indexes = None
+    else:
+        f_partition_indexes, pos = read_fixed_array(data, pos, 'i', 4, n1, 'PartitionIndexes')
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchRequestTopics('', f_topic_id, f_partition_indexes), pos
 
 
 def _e_OffsetFetchRequestGroup_0(m, buf):
@@ -368,6 +381,79 @@ def _d_OffsetFetchRequestGroup_3(data, pos):
         f_topics = []
         for _ in range(n5):
             x6, pos = _d_OffsetFetchRequestTopics_2(data, pos)
+            f_topics.append(x6)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics), pos
+
+
+def _e_OffsetFetchRequestGroup_4(m, buf):
+    b1 = m.group_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    s4 = m.member_id
+    if s4 is None:
+        buf += b'\x00'
+    else:
+        b3 = s4.encode()
+        b3n = len(b3) + 1
+        if b3n < 128:
+            buf.append(b3n)
+        else:
+            write_uvarint(buf, b3n)
+        buf += b3
+    buf += _S1.pack(m.member_epoch)
+    a5 = m.topics
+    if a5 is None:
+        buf += b'\x00'
+    else:
+        n6 = len(a5)
+        if n6 < 127:
+            buf.append(n6 + 1)
+        else:
+            write_uvarint(buf, n6 + 1)
+        for x in a5:
+            _e_OffsetFetchRequestTopics_3(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetFetchRequestGroup_4(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    c4 = data[pos]
+    if 0 < c4 < 128:
+        end3 = pos + c4
+        if end3 > len(data):
+            raise truncated('MemberId')
+        f_member_id = str(data[pos + 1:end3], 'utf-8')
+        pos = end3
+    else:
+        f_member_id, pos = read_string(data, pos, True, True, 'MemberId')
+    f_member_epoch, = _S1.unpack_from(data, pos)
+    pos += 4
+    n5, pos = read_array_length(data, pos, True, True, 'Topics')
+    if n5 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n5):
+            x6, pos = _d_OffsetFetchRequestTopics_3(data, pos)
             f_topics.append(x6)
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
@@ -639,6 +725,44 @@ def _d_OffsetFetchRequest_5(data, pos):
     return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
 
 
+def _e_OffsetFetchRequest_6(m, buf):
+    if m.group_id != '':
+        raise unsupported('OffsetFetchRequest', 'GroupId', '0-7')
+    if m.topics:
+        raise unsupported('OffsetFetchRequest', 'Topics', '0-7')
+    a1 = m.groups
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetFetchRequestGroup_4(x, buf)
+    buf += _S2.pack(m.require_stable)
+    buf.append(0)
+
+
+def _d_OffsetFetchRequest_6(data, pos):
+    n1, pos = read_array_length(data, pos, True, False, 'Groups')
+    if n1 < 0:
+        f_groups = None
+    else:
+        f_groups = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetFetchRequestGroup_4(data, pos)
+            f_groups.append(x2)
+    f_require_stable, = _S2.unpack_from(data, pos)
+    pos += 1
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchRequest('', [], f_groups, f_require_stable), pos
+
+
 _ENCODERS_OffsetFetchRequest = {
     0: _e_OffsetFetchRequest_0,
     1: _e_OffsetFetchRequest_0,
@@ -650,6 +774,7 @@ _ENCODERS_OffsetFetchRequest = {
     7: _e_OffsetFetchRequest_3,
     8: _e_OffsetFetchRequest_4,
     9: _e_OffsetFetchRequest_5,
+    10: _e_OffsetFetchRequest_6,
 }
 _DECODERS_OffsetFetchRequest = {
     0: _d_OffsetFetchRequest_0,
@@ -662,5 +787,6 @@ _DECODERS_OffsetFetchRequest = {
     7: _d_OffsetFetchRequest_3,
     8: _d_OffsetFetchRequest_4,
     9: _d_OffsetFetchRequest_5,
+    10: _d_OffsetFetchRequest_6,
 }
 

@@ -48,6 +48,7 @@ class OffsetFetchResponsePartitions:
 @dataclass(slots=True)
 class OffsetFetchResponseTopics:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partitions: list[OffsetFetchResponsePartitions] = field(default_factory=list)
 
 
@@ -181,29 +182,6 @@ def _d_OffsetFetchResponsePartition_2(data, pos):
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
-def _e_OffsetFetchResponsePartition_3(m, buf):
-    if m.partition_index != 0:
-        raise unsupported('OffsetFetchResponsePartition', 'PartitionIndex', '0-7')
-    if m.committed_offset != 0:
-        raise unsupported('OffsetFetchResponsePartition', 'CommittedOffset', '0-7')
-    if m.metadata != '':
-        raise unsupported('OffsetFetchResponsePartition', 'Metadata', '0-7')
-    if m.error_code != 0:
-        raise unsupported('OffsetFetchResponsePartition', 'ErrorCode', '0-7')
-    buf.append(0)
-
-
-def _d_OffsetFetchResponsePartition_3(data, pos):
-    if data[pos] == 0:  # no tagged fields, the usual case
-        pos += 1
-    else:
-        count, pos = read_uvarint(data, pos)
-        for _ in range(count):
-            tag, pos = read_uvarint(data, pos)
-            pos = skip_tagged_field(data, pos)
-    return OffsetFetchResponsePartition(0, 0, -1, '', 0), pos
-
-
 def _e_OffsetFetchResponseTopic_0(m, buf):
     b1 = m.name.encode()
     buf += _S1.pack(len(b1))
@@ -315,25 +293,6 @@ def _d_OffsetFetchResponseTopic_2(data, pos):
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
-def _e_OffsetFetchResponseTopic_3(m, buf):
-    if m.name != '':
-        raise unsupported('OffsetFetchResponseTopic', 'Name', '0-7')
-    if m.partitions:
-        raise unsupported('OffsetFetchResponseTopic', 'Partitions', '0-7')
-    buf.append(0)
-
-
-def _d_OffsetFetchResponseTopic_3(data, pos):
-    if data[pos] == 0:  # no tagged fields, the usual case
-        pos += 1
-    else:
-        count, pos = read_uvarint(data, pos)
-        for _ in range(count):
-            tag, pos = read_uvarint(data, pos)
-            pos = skip_tagged_field(data, pos)
-    return OffsetFetchResponseTopic('', []), pos
-
-
 def _e_OffsetFetchResponsePartitions_0(m, buf):
     if m.partition_index != 0:
         raise unsupported('OffsetFetchResponsePartitions', 'PartitionIndex', '8+')
@@ -415,18 +374,18 @@ def _d_OffsetFetchResponsePartitions_2(data, pos):
 
 def _e_OffsetFetchResponseTopics_0(m, buf):
     if m.name != '':
-        raise unsupported('OffsetFetchResponseTopics', 'Name', '8+')
+        raise unsupported('OffsetFetchResponseTopics', 'Name', '8-9')
     if m.partitions:
         raise unsupported('OffsetFetchResponseTopics', 'Partitions', '8+')
 
 
 def _d_OffsetFetchResponseTopics_0(data, pos):
-    return OffsetFetchResponseTopics('', []), pos
+    return OffsetFetchResponseTopics('', ZERO_UUID, []), pos
 
 
 def _e_OffsetFetchResponseTopics_1(m, buf):
     if m.name != '':
-        raise unsupported('OffsetFetchResponseTopics', 'Name', '8+')
+        raise unsupported('OffsetFetchResponseTopics', 'Name', '8-9')
     if m.partitions:
         raise unsupported('OffsetFetchResponseTopics', 'Partitions', '8+')
     buf.append(0)
@@ -440,7 +399,7 @@ def _d_OffsetFetchResponseTopics_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetFetchResponseTopics('', []), pos
+    return OffsetFetchResponseTopics('', ZERO_UUID, []), pos
 
 
 def _e_OffsetFetchResponseTopics_2(m, buf):
@@ -487,7 +446,42 @@ def _d_OffsetFetchResponseTopics_2(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return OffsetFetchResponseTopics(f_name, f_partitions), pos
+    return OffsetFetchResponseTopics(f_name, ZERO_UUID, f_partitions), pos
+
+
+def _e_OffsetFetchResponseTopics_3(m, buf):
+    if m.name != '':
+        raise unsupported('OffsetFetchResponseTopics', 'Name', '8-9')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetFetchResponsePartitions_2(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetFetchResponseTopics_3(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetFetchResponsePartitions_2(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchResponseTopics('', f_topic_id, f_partitions), pos
 
 
 def _e_OffsetFetchResponseGroup_0(m, buf):
@@ -561,6 +555,56 @@ def _d_OffsetFetchResponseGroup_2(data, pos):
         f_topics = []
         for _ in range(n3):
             x4, pos = _d_OffsetFetchResponseTopics_2(data, pos)
+            f_topics.append(x4)
+    f_error_code, = _S1.unpack_from(data, pos)
+    pos += 2
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code), pos
+
+
+def _e_OffsetFetchResponseGroup_3(m, buf):
+    b1 = m.group_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    a3 = m.topics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_OffsetFetchResponseTopics_3(x, buf)
+    buf += _S1.pack(m.error_code)
+    buf.append(0)
+
+
+def _d_OffsetFetchResponseGroup_3(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n3):
+            x4, pos = _d_OffsetFetchResponseTopics_3(data, pos)
             f_topics.append(x4)
     f_error_code, = _S1.unpack_from(data, pos)
     pos += 2
@@ -752,6 +796,42 @@ def _d_OffsetFetchResponse_5(data, pos):
     return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups), pos
 
 
+def _e_OffsetFetchResponse_6(m, buf):
+    if m.topics:
+        raise unsupported('OffsetFetchResponse', 'Topics', '0-7')
+    buf += _S3.pack(m.throttle_time_ms)
+    a1 = m.groups
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_OffsetFetchResponseGroup_3(x, buf)
+    buf.append(0)
+
+
+def _d_OffsetFetchResponse_6(data, pos):
+    f_throttle_time_ms, = _S3.unpack_from(data, pos)
+    pos += 4
+    n1, pos = read_array_length(data, pos, True, False, 'Groups')
+    if n1 < 0:
+        f_groups = None
+    else:
+        f_groups = []
+        for _ in range(n1):
+            x2, pos = _d_OffsetFetchResponseGroup_3(data, pos)
+            f_groups.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return OffsetFetchResponse(f_throttle_time_ms, [], 0, f_groups), pos
+
+
 _ENCODERS_OffsetFetchResponse = {
     0: _e_OffsetFetchResponse_0,
     1: _e_OffsetFetchResponse_0,
@@ -763,6 +843,7 @@ _ENCODERS_OffsetFetchResponse = {
     7: _e_OffsetFetchResponse_4,
     8: _e_OffsetFetchResponse_5,
     9: _e_OffsetFetchResponse_5,
+    10: _e_OffsetFetchResponse_6,
 }
 _DECODERS_OffsetFetchResponse = {
     0: _d_OffsetFetchResponse_0,
@@ -775,5 +856,6 @@ _DECODERS_OffsetFetchResponse = {
     7: _d_OffsetFetchResponse_4,
     8: _d_OffsetFetchResponse_5,
     9: _d_OffsetFetchResponse_5,
+    10: _d_OffsetFetchResponse_6,
 }
 

@@ -29,6 +29,7 @@ class PartitionProduceData:
 @dataclass(slots=True)
 class TopicProduceData:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partition_data: list[PartitionProduceData] = field(default_factory=list)
 
 
@@ -124,7 +125,7 @@ def _d_TopicProduceData_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_PartitionProduceData_0(data, pos)
             f_partition_data.append(x4)
-    return TopicProduceData(f_name, f_partition_data), pos
+    return TopicProduceData(f_name, ZERO_UUID, f_partition_data), pos
 
 
 def _e_TopicProduceData_1(m, buf):
@@ -171,7 +172,42 @@ def _d_TopicProduceData_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return TopicProduceData(f_name, f_partition_data), pos
+    return TopicProduceData(f_name, ZERO_UUID, f_partition_data), pos
+
+
+def _e_TopicProduceData_2(m, buf):
+    if m.name != '':
+        raise unsupported('TopicProduceData', 'Name', '0-12')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partition_data
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_PartitionProduceData_1(x, buf)
+    buf.append(0)
+
+
+def _d_TopicProduceData_2(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'PartitionData')
+    if n1 < 0:
+        f_partition_data = None
+    else:
+        f_partition_data = []
+        for _ in range(n1):
+            x2, pos = _d_PartitionProduceData_1(data, pos)
+            f_partition_data.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return TopicProduceData('', f_topic_id, f_partition_data), pos
 
 
 def _e_ProduceRequest_0(m, buf):
@@ -292,6 +328,60 @@ def _d_ProduceRequest_2(data, pos):
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 
+def _e_ProduceRequest_3(m, buf):
+    s2 = m.transactional_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S2.pack(m.acks, m.timeout_ms)
+    a3 = m.topic_data
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_TopicProduceData_2(x, buf)
+    buf.append(0)
+
+
+def _d_ProduceRequest_3(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TransactionalId')
+        f_transactional_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_transactional_id, pos = read_string(data, pos, True, True, 'TransactionalId')
+    f_acks, f_timeout_ms, = _S2.unpack_from(data, pos)
+    pos += 6
+    n3, pos = read_array_length(data, pos, True, False, 'TopicData')
+    if n3 < 0:
+        f_topic_data = None
+    else:
+        f_topic_data = []
+        for _ in range(n3):
+            x4, pos = _d_TopicProduceData_2(data, pos)
+            f_topic_data.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
+
+
 _ENCODERS_ProduceRequest = {
     0: _e_ProduceRequest_0,
     1: _e_ProduceRequest_0,
@@ -305,6 +395,8 @@ _ENCODERS_ProduceRequest = {
     9: _e_ProduceRequest_2,
     10: _e_ProduceRequest_2,
     11: _e_ProduceRequest_2,
+    12: _e_ProduceRequest_2,
+    13: _e_ProduceRequest_3,
 }
 _DECODERS_ProduceRequest = {
     0: _d_ProduceRequest_0,
@@ -319,5 +411,7 @@ _DECODERS_ProduceRequest = {
     9: _d_ProduceRequest_2,
     10: _d_ProduceRequest_2,
     11: _d_ProduceRequest_2,
+    12: _d_ProduceRequest_2,
+    13: _d_ProduceRequest_3,
 }
 

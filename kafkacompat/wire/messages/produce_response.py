@@ -50,6 +50,7 @@ class PartitionProduceResponse:
 @dataclass(slots=True)
 class TopicProduceResponse:
     name: str = ''
+    topic_id: uuid.UUID = ZERO_UUID
     partition_responses: list[PartitionProduceResponse] = field(default_factory=list)
 
 
@@ -437,7 +438,7 @@ def _d_TopicProduceResponse_0(data, pos):
         for _ in range(n3):
             x4, pos = _d_PartitionProduceResponse_0(data, pos)
             f_partition_responses.append(x4)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _e_TopicProduceResponse_1(m, buf):
@@ -469,7 +470,7 @@ def _d_TopicProduceResponse_1(data, pos):
         for _ in range(n3):
             x4, pos = _d_PartitionProduceResponse_1(data, pos)
             f_partition_responses.append(x4)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _e_TopicProduceResponse_2(m, buf):
@@ -501,7 +502,7 @@ def _d_TopicProduceResponse_2(data, pos):
         for _ in range(n3):
             x4, pos = _d_PartitionProduceResponse_2(data, pos)
             f_partition_responses.append(x4)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _e_TopicProduceResponse_3(m, buf):
@@ -533,7 +534,7 @@ def _d_TopicProduceResponse_3(data, pos):
         for _ in range(n3):
             x4, pos = _d_PartitionProduceResponse_3(data, pos)
             f_partition_responses.append(x4)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _e_TopicProduceResponse_4(m, buf):
@@ -580,7 +581,7 @@ def _d_TopicProduceResponse_4(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _e_TopicProduceResponse_5(m, buf):
@@ -627,7 +628,42 @@ def _d_TopicProduceResponse_5(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return TopicProduceResponse(f_name, f_partition_responses), pos
+    return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
+
+
+def _e_TopicProduceResponse_6(m, buf):
+    if m.name != '':
+        raise unsupported('TopicProduceResponse', 'Name', '0-12')
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partition_responses
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_PartitionProduceResponse_5(x, buf)
+    buf.append(0)
+
+
+def _d_TopicProduceResponse_6(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'PartitionResponses')
+    if n1 < 0:
+        f_partition_responses = None
+    else:
+        f_partition_responses = []
+        for _ in range(n1):
+            x2, pos = _d_PartitionProduceResponse_5(data, pos)
+            f_partition_responses.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return TopicProduceResponse('', f_topic_id, f_partition_responses), pos
 
 
 def _e_NodeEndpoint_0(m, buf):
@@ -945,6 +981,68 @@ def _d_ProduceResponse_6(data, pos):
     return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints), pos
 
 
+def _e_ProduceResponse_7(m, buf):
+    a1 = m.responses
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_TopicProduceResponse_6(x, buf)
+    buf += _S0.pack(m.throttle_time_ms)
+    tags = []
+    v3 = m.node_endpoints
+    if v3:
+        t = bytearray()
+        a4 = v3
+        n5 = len(a4)
+        if n5 < 127:
+            t.append(n5 + 1)
+        else:
+            write_uvarint(t, n5 + 1)
+        for x in a4:
+            _e_NodeEndpoint_2(x, t)
+        tags.append((0, t))
+    write_tagged(buf, tags)
+
+
+def _d_ProduceResponse_7(data, pos):
+    n1, pos = read_array_length(data, pos, True, False, 'Responses')
+    if n1 < 0:
+        f_responses = None
+    else:
+        f_responses = []
+        for _ in range(n1):
+            x2, pos = _d_TopicProduceResponse_6(data, pos)
+            f_responses.append(x2)
+    f_throttle_time_ms, = _S0.unpack_from(data, pos)
+    pos += 4
+    f_node_endpoints = []
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            if tag == 0:
+                size, p = read_uvarint(data, pos)
+                pos = p + size
+                if pos > len(data):
+                    raise truncated('NodeEndpoints')
+                n3, p = read_array_length(data, p, True, False, 'NodeEndpoints')
+                if n3 < 0:
+                    f_node_endpoints = None
+                else:
+                    f_node_endpoints = []
+                    for _ in range(n3):
+                        x4, p = _d_NodeEndpoint_2(data, p)
+                        f_node_endpoints.append(x4)
+            else:
+                pos = skip_tagged_field(data, pos)
+    return ProduceResponse(f_responses, f_throttle_time_ms, f_node_endpoints), pos
+
+
 _ENCODERS_ProduceResponse = {
     0: _e_ProduceResponse_0,
     1: _e_ProduceResponse_1,
@@ -958,6 +1056,8 @@ _ENCODERS_ProduceResponse = {
     9: _e_ProduceResponse_5,
     10: _e_ProduceResponse_6,
     11: _e_ProduceResponse_6,
+    12: _e_ProduceResponse_6,
+    13: _e_ProduceResponse_7,
 }
 _DECODERS_ProduceResponse = {
     0: _d_ProduceResponse_0,
@@ -972,5 +1072,7 @@ _DECODERS_ProduceResponse = {
     9: _d_ProduceResponse_5,
     10: _d_ProduceResponse_6,
     11: _d_ProduceResponse_6,
+    12: _d_ProduceResponse_6,
+    13: _d_ProduceResponse_7,
 }
 

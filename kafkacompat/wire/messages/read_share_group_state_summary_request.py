@@ -149,8 +149,10 @@ def _d_ReadShareGroupStateSummaryRequest_0(data, pos):
 
 _ENCODERS_ReadShareGroupStateSummaryRequest = {
     0: _e_ReadShareGroupStateSummaryRequest_0,
+    1: _e_ReadShareGroupStateSummaryRequest_0,
 }
 _DECODERS_ReadShareGroupStateSummaryRequest = {
     0: _d_ReadShareGroupStateSummaryRequest_0,
+    1: _d_ReadShareGroupStateSummaryRequest_0,
 }
 

@@ -16,7 +16,8 @@ from kafkacompat.wire.message_runtime import (
 )
 
 _S0 = struct.Struct('>ih')
-_S1 = struct.Struct('>iq')
+_S1 = struct.Struct('>iiq')
+_S2 = struct.Struct('>iiqi')
 
 
 @dataclass(slots=True)
@@ -25,7 +26,9 @@ class PartitionResult:
     error_code: int = 0
     error_message: str | None = None
     state_epoch: int = 0
+    leader_epoch: int = 0
     start_offset: int = 0
+    delivery_complete_count: int = -1
 
 
 @dataclass(slots=True)
@@ -65,7 +68,7 @@ def _e_PartitionResult_0(m, buf):
         else:
             write_uvarint(buf, b1n)
         buf += b1
-    buf += _S1.pack(m.state_epoch, m.start_offset)
+    buf += _S1.pack(m.state_epoch, m.leader_epoch, m.start_offset)
     buf.append(0)
 
 
@@ -81,8 +84,8 @@ def _d_PartitionResult_0(data, pos):
         pos = end1
     else:
         f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
-    f_state_epoch, f_start_offset, = _S1.unpack_from(data, pos)
-    pos += 12
+    f_state_epoch, f_leader_epoch, f_start_offset, = _S1.unpack_from(data, pos)
+    pos += 16
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
     else:
@@ -90,7 +93,48 @@ def _d_PartitionResult_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset), pos
+    return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_leader_epoch, f_start_offset, -1), pos
+
+
+def _e_PartitionResult_1(m, buf):
+    buf += _S0.pack(m.partition, m.error_code)
+    s2 = m.error_message
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S2.pack(m.state_epoch, m.leader_epoch, m.start_offset, m.delivery_complete_count)
+    buf.append(0)
+
+
+def _d_PartitionResult_1(data, pos):
+    f_partition, f_error_code, = _S0.unpack_from(data, pos)
+    pos += 6
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ErrorMessage')
+        f_error_message = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_error_message, pos = read_string(data, pos, True, True, 'ErrorMessage')
+    f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S2.unpack_from(data, pos)
+    pos += 20
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count), pos
 
 
 def _e_ReadStateSummaryResult_0(m, buf):
@@ -115,6 +159,39 @@ def _d_ReadStateSummaryResult_0(data, pos):
         f_partitions = []
         for _ in range(n1):
             x2, pos = _d_PartitionResult_0(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ReadStateSummaryResult(f_topic_id, f_partitions), pos
+
+
+def _e_ReadStateSummaryResult_1(m, buf):
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_PartitionResult_1(x, buf)
+    buf.append(0)
+
+
+def _d_ReadStateSummaryResult_1(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_PartitionResult_1(data, pos)
             f_partitions.append(x2)
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
@@ -157,10 +234,43 @@ def _d_ReadShareGroupStateSummaryResponse_0(data, pos):
     return ReadShareGroupStateSummaryResponse(f_results), pos
 
 
+def _e_ReadShareGroupStateSummaryResponse_1(m, buf):
+    a1 = m.results
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_ReadStateSummaryResult_1(x, buf)
+    buf.append(0)
+
+
+def _d_ReadShareGroupStateSummaryResponse_1(data, pos):
+    n1, pos = read_array_length(data, pos, True, False, 'Results')
+    if n1 < 0:
+        f_results = None
+    else:
+        f_results = []
+        for _ in range(n1):
+            x2, pos = _d_ReadStateSummaryResult_1(data, pos)
+            f_results.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return ReadShareGroupStateSummaryResponse(f_results), pos
+
+
 _ENCODERS_ReadShareGroupStateSummaryResponse = {
     0: _e_ReadShareGroupStateSummaryResponse_0,
+    1: _e_ReadShareGroupStateSummaryResponse_1,
 }
 _DECODERS_ReadShareGroupStateSummaryResponse = {
     0: _d_ReadShareGroupStateSummaryResponse_0,
+    1: _d_ReadShareGroupStateSummaryResponse_1,
 }
 

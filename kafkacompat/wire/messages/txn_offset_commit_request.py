@@ -477,6 +477,7 @@ _ENCODERS_TxnOffsetCommitRequest = {
     2: _e_TxnOffsetCommitRequest_1,
     3: _e_TxnOffsetCommitRequest_2,
     4: _e_TxnOffsetCommitRequest_2,
+    5: _e_TxnOffsetCommitRequest_2,
 }
 _DECODERS_TxnOffsetCommitRequest = {
     0: _d_TxnOffsetCommitRequest_0,
@@ -484,5 +485,6 @@ _DECODERS_TxnOffsetCommitRequest = {
     2: _d_TxnOffsetCommitRequest_1,
     3: _d_TxnOffsetCommitRequest_2,
     4: _d_TxnOffsetCommitRequest_2,
+    5: _d_TxnOffsetCommitRequest_2,
 }
 

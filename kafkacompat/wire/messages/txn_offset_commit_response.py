@@ -221,6 +221,7 @@ _ENCODERS_TxnOffsetCommitResponse = {
     2: _e_TxnOffsetCommitResponse_0,
     3: _e_TxnOffsetCommitResponse_1,
     4: _e_TxnOffsetCommitResponse_1,
+    5: _e_TxnOffsetCommitResponse_1,
 }
 _DECODERS_TxnOffsetCommitResponse = {
     0: _d_TxnOffsetCommitResponse_0,
@@ -228,5 +229,6 @@ _DECODERS_TxnOffsetCommitResponse = {
     2: _d_TxnOffsetCommitResponse_0,
     3: _d_TxnOffsetCommitResponse_1,
     4: _d_TxnOffsetCommitResponse_1,
+    5: _d_TxnOffsetCommitResponse_1,
 }
 

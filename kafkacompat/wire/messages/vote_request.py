@@ -18,7 +18,8 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>iiiiq')
 _S1 = struct.Struct('>iii')
 _S2 = struct.Struct('>iq')
-_S3 = struct.Struct('>i')
+_S3 = struct.Struct('>iq?')
+_S4 = struct.Struct('>i')
 
 
 @dataclass(slots=True)
@@ -30,6 +31,7 @@ class PartitionData:
     voter_directory_id: uuid.UUID = ZERO_UUID
     last_offset_epoch: int = 0
     last_offset: int = 0
+    pre_vote: bool = False
 
 
 @dataclass(slots=True)
@@ -73,7 +75,7 @@ def _d_PartitionData_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, ZERO_UUID, ZERO_UUID, f_last_offset_epoch, f_last_offset), pos
+    return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, ZERO_UUID, ZERO_UUID, f_last_offset_epoch, f_last_offset, False), pos
 
 
 def _e_PartitionData_1(m, buf):
@@ -98,7 +100,32 @@ def _d_PartitionData_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, f_candidate_directory_id, f_voter_directory_id, f_last_offset_epoch, f_last_offset), pos
+    return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, f_candidate_directory_id, f_voter_directory_id, f_last_offset_epoch, f_last_offset, False), pos
+
+
+def _e_PartitionData_2(m, buf):
+    buf += _S1.pack(m.partition_index, m.candidate_epoch, m.candidate_id)
+    buf += uuid_bytes(m.candidate_directory_id)
+    buf += uuid_bytes(m.voter_directory_id)
+    buf += _S3.pack(m.last_offset_epoch, m.last_offset, m.pre_vote)
+    buf.append(0)
+
+
+def _d_PartitionData_2(data, pos):
+    f_partition_index, f_candidate_epoch, f_candidate_id, = _S1.unpack_from(data, pos)
+    pos += 12
+    f_candidate_directory_id, pos = read_uuid(data, pos)
+    f_voter_directory_id, pos = read_uuid(data, pos)
+    f_last_offset_epoch, f_last_offset, f_pre_vote, = _S3.unpack_from(data, pos)
+    pos += 13
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return PartitionData(f_partition_index, f_candidate_epoch, f_candidate_id, f_candidate_directory_id, f_voter_directory_id, f_last_offset_epoch, f_last_offset, f_pre_vote), pos
 
 
 def _e_TopicData_0(m, buf):
@@ -195,6 +222,53 @@ def _d_TopicData_1(data, pos):
     return TopicData(f_topic_name, f_partitions), pos
 
 
+def _e_TopicData_2(m, buf):
+    b1 = m.topic_name.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    a3 = m.partitions
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_PartitionData_2(x, buf)
+    buf.append(0)
+
+
+def _d_TopicData_2(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('TopicName')
+        f_topic_name = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_topic_name, pos = read_string(data, pos, True, False, 'TopicName')
+    n3, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n3 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n3):
+            x4, pos = _d_PartitionData_2(data, pos)
+            f_partitions.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return TopicData(f_topic_name, f_partitions), pos
+
+
 def _e_VoteRequest_0(m, buf):
     s2 = m.cluster_id
     if s2 is None:
@@ -258,7 +332,7 @@ def _e_VoteRequest_1(m, buf):
         else:
             write_uvarint(buf, b1n)
         buf += b1
-    buf += _S3.pack(m.voter_id)
+    buf += _S4.pack(m.voter_id)
     a3 = m.topics
     n4 = len(a3)
     if n4 < 127:
@@ -280,7 +354,7 @@ def _d_VoteRequest_1(data, pos):
         pos = end1
     else:
         f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
-    f_voter_id, = _S3.unpack_from(data, pos)
+    f_voter_id, = _S4.unpack_from(data, pos)
     pos += 4
     n3, pos = read_array_length(data, pos, True, False, 'Topics')
     if n3 < 0:
@@ -300,12 +374,68 @@ def _d_VoteRequest_1(data, pos):
     return VoteRequest(f_cluster_id, f_voter_id, f_topics), pos
 
 
+def _e_VoteRequest_2(m, buf):
+    s2 = m.cluster_id
+    if s2 is None:
+        buf += b'\x00'
+    else:
+        b1 = s2.encode()
+        b1n = len(b1) + 1
+        if b1n < 128:
+            buf.append(b1n)
+        else:
+            write_uvarint(buf, b1n)
+        buf += b1
+    buf += _S4.pack(m.voter_id)
+    a3 = m.topics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_TopicData_2(x, buf)
+    buf.append(0)
+
+
+def _d_VoteRequest_2(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('ClusterId')
+        f_cluster_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_cluster_id, pos = read_string(data, pos, True, True, 'ClusterId')
+    f_voter_id, = _S4.unpack_from(data, pos)
+    pos += 4
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n3):
+            x4, pos = _d_TopicData_2(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return VoteRequest(f_cluster_id, f_voter_id, f_topics), pos
+
+
 _ENCODERS_VoteRequest = {
     0: _e_VoteRequest_0,
     1: _e_VoteRequest_1,
+    2: _e_VoteRequest_2,
 }
 _DECODERS_VoteRequest = {
     0: _d_VoteRequest_0,
     1: _d_VoteRequest_1,
+    2: _d_VoteRequest_2,
 }
 

@@ -288,9 +288,11 @@ def _d_VoteResponse_1(data, pos):
 _ENCODERS_VoteResponse = {
     0: _e_VoteResponse_0,
     1: _e_VoteResponse_1,
+    2: _e_VoteResponse_1,
 }
 _DECODERS_VoteResponse = {
     0: _d_VoteResponse_0,
     1: _d_VoteResponse_1,
+    2: _d_VoteResponse_1,
 }
 

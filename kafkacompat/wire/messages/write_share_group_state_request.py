@@ -17,6 +17,7 @@ from kafkacompat.wire.message_runtime import (
 
 _S0 = struct.Struct('>qqbh')
 _S1 = struct.Struct('>iiiq')
+_S2 = struct.Struct('>iiiqi')
 
 
 @dataclass(slots=True)
@@ -33,6 +34,7 @@ class PartitionData:
     state_epoch: int = 0
     leader_epoch: int = 0
     start_offset: int = 0
+    delivery_complete_count: int = -1
     state_batches: list[StateBatch] = field(default_factory=list)
 
 
@@ -111,7 +113,41 @@ def _d_PartitionData_0(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_state_batches), pos
+    return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, -1, f_state_batches), pos
+
+
+def _e_PartitionData_1(m, buf):
+    buf += _S2.pack(m.partition, m.state_epoch, m.leader_epoch, m.start_offset, m.delivery_complete_count)
+    a1 = m.state_batches
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_StateBatch_0(x, buf)
+    buf.append(0)
+
+
+def _d_PartitionData_1(data, pos):
+    f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S2.unpack_from(data, pos)
+    pos += 24
+    n1, pos = read_array_length(data, pos, True, False, 'StateBatches')
+    if n1 < 0:
+        f_state_batches = None
+    else:
+        f_state_batches = []
+        for _ in range(n1):
+            x2, pos = _d_StateBatch_0(data, pos)
+            f_state_batches.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, f_state_batches), pos
 
 
 def _e_WriteStateData_0(m, buf):
@@ -136,6 +172,39 @@ def _d_WriteStateData_0(data, pos):
         f_partitions = []
         for _ in range(n1):
             x2, pos = _d_PartitionData_0(data, pos)
+            f_partitions.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return WriteStateData(f_topic_id, f_partitions), pos
+
+
+def _e_WriteStateData_1(m, buf):
+    buf += uuid_bytes(m.topic_id)
+    a1 = m.partitions
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_PartitionData_1(x, buf)
+    buf.append(0)
+
+
+def _d_WriteStateData_1(data, pos):
+    f_topic_id, pos = read_uuid(data, pos)
+    n1, pos = read_array_length(data, pos, True, False, 'Partitions')
+    if n1 < 0:
+        f_partitions = None
+    else:
+        f_partitions = []
+        for _ in range(n1):
+            x2, pos = _d_PartitionData_1(data, pos)
             f_partitions.append(x2)
     if data[pos] == 0:  # no tagged fields, the usual case
         pos += 1
@@ -194,10 +263,59 @@ def _d_WriteShareGroupStateRequest_0(data, pos):
     return WriteShareGroupStateRequest(f_group_id, f_topics), pos
 
 
+def _e_WriteShareGroupStateRequest_1(m, buf):
+    b1 = m.group_id.encode()
+    b1n = len(b1) + 1
+    if b1n < 128:
+        buf.append(b1n)
+    else:
+        write_uvarint(buf, b1n)
+    buf += b1
+    a3 = m.topics
+    n4 = len(a3)
+    if n4 < 127:
+        buf.append(n4 + 1)
+    else:
+        write_uvarint(buf, n4 + 1)
+    for x in a3:
+        _e_WriteStateData_1(x, buf)
+    buf.append(0)
+
+
+def _d_WriteShareGroupStateRequest_1(data, pos):
+    c2 = data[pos]
+    if 0 < c2 < 128:
+        end1 = pos + c2
+        if end1 > len(data):
+            raise truncated('GroupId')
+        f_group_id = str(data[pos + 1:end1], 'utf-8')
+        pos = end1
+    else:
+        f_group_id, pos = read_string(data, pos, True, False, 'GroupId')
+    n3, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n3 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n3):
+            x4, pos = _d_WriteStateData_1(data, pos)
+            f_topics.append(x4)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return WriteShareGroupStateRequest(f_group_id, f_topics), pos
+
+
 _ENCODERS_WriteShareGroupStateRequest = {
     0: _e_WriteShareGroupStateRequest_0,
+    1: _e_WriteShareGroupStateRequest_1,
 }
 _DECODERS_WriteShareGroupStateRequest = {
     0: _d_WriteShareGroupStateRequest_0,
+    1: _d_WriteShareGroupStateRequest_1,
 }
 

@@ -153,8 +153,10 @@ def _d_WriteShareGroupStateResponse_0(data, pos):
 
 _ENCODERS_WriteShareGroupStateResponse = {
     0: _e_WriteShareGroupStateResponse_0,
+    1: _e_WriteShareGroupStateResponse_0,
 }
 _DECODERS_WriteShareGroupStateResponse = {
     0: _d_WriteShareGroupStateResponse_0,
+    1: _d_WriteShareGroupStateResponse_0,
 }
 

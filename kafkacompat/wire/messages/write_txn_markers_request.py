@@ -18,6 +18,7 @@ from kafkacompat.wire.message_runtime import (
 _S0 = struct.Struct('>h')
 _S1 = struct.Struct('>i')
 _S2 = struct.Struct('>qh?')
+_S3 = struct.Struct('>ib')
 _Ai = tuple(struct.Struct(f'>{n}i') for n in range(64))
 
 
@@ -34,6 +35,7 @@ class WritableTxnMarker:
     transaction_result: bool = False
     topics: list[WritableTxnMarkerTopic] = field(default_factory=list)
     coordinator_epoch: int = 0
+    transaction_version: int = 0
 
 
 @dataclass(slots=True)
@@ -148,7 +150,7 @@ def _d_WritableTxnMarker_0(data, pos):
             f_topics.append(x2)
     f_coordinator_epoch, = _S1.unpack_from(data, pos)
     pos += 4
-    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
+    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, 0), pos
 
 
 def _e_WritableTxnMarker_1(m, buf):
@@ -185,7 +187,44 @@ def _d_WritableTxnMarker_1(data, pos):
         for _ in range(count):
             tag, pos = read_uvarint(data, pos)
             pos = skip_tagged_field(data, pos)
-    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch), pos
+    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, 0), pos
+
+
+def _e_WritableTxnMarker_2(m, buf):
+    buf += _S2.pack(m.producer_id, m.producer_epoch, m.transaction_result)
+    a1 = m.topics
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_WritableTxnMarkerTopic_1(x, buf)
+    buf += _S3.pack(m.coordinator_epoch, m.transaction_version)
+    buf.append(0)
+
+
+def _d_WritableTxnMarker_2(data, pos):
+    f_producer_id, f_producer_epoch, f_transaction_result, = _S2.unpack_from(data, pos)
+    pos += 11
+    n1, pos = read_array_length(data, pos, True, False, 'Topics')
+    if n1 < 0:
+        f_topics = None
+    else:
+        f_topics = []
+        for _ in range(n1):
+            x2, pos = _d_WritableTxnMarkerTopic_1(data, pos)
+            f_topics.append(x2)
+    f_coordinator_epoch, f_transaction_version, = _S3.unpack_from(data, pos)
+    pos += 5
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_transaction_version), pos
 
 
 def _e_WriteTxnMarkersRequest_0(m, buf):
@@ -239,12 +278,45 @@ def _d_WriteTxnMarkersRequest_1(data, pos):
     return WriteTxnMarkersRequest(f_markers), pos
 
 
+def _e_WriteTxnMarkersRequest_2(m, buf):
+    a1 = m.markers
+    n2 = len(a1)
+    if n2 < 127:
+        buf.append(n2 + 1)
+    else:
+        write_uvarint(buf, n2 + 1)
+    for x in a1:
+        _e_WritableTxnMarker_2(x, buf)
+    buf.append(0)
+
+
+def _d_WriteTxnMarkersRequest_2(data, pos):
+    n1, pos = read_array_length(data, pos, True, False, 'Markers')
+    if n1 < 0:
+        f_markers = None
+    else:
+        f_markers = []
+        for _ in range(n1):
+            x2, pos = _d_WritableTxnMarker_2(data, pos)
+            f_markers.append(x2)
+    if data[pos] == 0:  # no tagged fields, the usual case
+        pos += 1
+    else:
+        count, pos = read_uvarint(data, pos)
+        for _ in range(count):
+            tag, pos = read_uvarint(data, pos)
+            pos = skip_tagged_field(data, pos)
+    return WriteTxnMarkersRequest(f_markers), pos
+
+
 _ENCODERS_WriteTxnMarkersRequest = {
     0: _e_WriteTxnMarkersRequest_0,
     1: _e_WriteTxnMarkersRequest_1,
+    2: _e_WriteTxnMarkersRequest_2,
 }
 _DECODERS_WriteTxnMarkersRequest = {
     0: _d_WriteTxnMarkersRequest_0,
     1: _d_WriteTxnMarkersRequest_1,
+    2: _d_WriteTxnMarkersRequest_2,
 }
 

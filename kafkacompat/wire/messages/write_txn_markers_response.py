@@ -276,9 +276,11 @@ def _d_WriteTxnMarkersResponse_1(data, pos):
 _ENCODERS_WriteTxnMarkersResponse = {
     0: _e_WriteTxnMarkersResponse_0,
     1: _e_WriteTxnMarkersResponse_1,
+    2: _e_WriteTxnMarkersResponse_1,
 }
 _DECODERS_WriteTxnMarkersResponse = {
     0: _d_WriteTxnMarkersResponse_0,
     1: _d_WriteTxnMarkersResponse_1,
+    2: _d_WriteTxnMarkersResponse_1,
 }
 

@@ -68,7 +68,8 @@ def test_acknowledged_records_are_not_redelivered_after_a_leader_change(tmp_path
             assert acquired(got) == [(0, 5, 1)], got
             answer = member.acknowledge([(0, 2, ACCEPT), (4, 4, ACCEPT)])
             assert answer.error_code == 0 and [p.error_code for t in answer.responses for p in t.partitions] == [0]
-        cluster.brokers[old_leader].kill()
+            # killed with the member still connected (a closed connection would release its records)
+            cluster.brokers[old_leader].kill()
         cluster.wait_for(lambda md: partitions_of(md, topic) and partitions_of(md, topic)[0].leader
                          not in (old_leader, -1))
         new_leader = leader_of(cluster, topic)
@@ -79,3 +80,69 @@ def test_acknowledged_records_are_not_redelivered_after_a_leader_change(tmp_path
             if not got:
                 got = acquired(member.fetch(max_wait_ms=10000))
             assert got == [(3, 3, 2), (5, 5, 2)]
+
+
+def test_a_share_consumer_resumes_after_a_leader_change_without_redelivering_accepted_records(tmp_path):
+    from confluent_kafka import Producer, ShareConsumer
+
+    topic = f"share-{uuid.uuid4().hex[:10]}"
+    group = f"g-{topic}"
+    values = [b"c-%02d" % i for i in range(10)]
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=FAST) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 3)
+        create_topic(cluster.bootstrap, topic, 1, 3, min_insync_replicas=2)
+        cluster.wait_for(lambda md: all_led_with_isr(md, topic, 1, {0, 1, 2}))
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0})
+
+        def share_consumer() -> ShareConsumer:
+            consumer = ShareConsumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                                      "share.acknowledgement.mode": "explicit", "max.poll.records": 100,
+                                      "topic.metadata.refresh.interval.ms": 1000})
+            consumer.subscribe([topic])
+            return consumer
+
+        def poll_values(consumer, count: int, what: str, *, accept: bool = False) -> list:
+            """Records until ``count``; explicit mode needs a poll's records acknowledged before the
+            next poll, so a wait spanning several polls accepts them (``accept``)."""
+            got = []
+            for _ in deadline_loop(60, what, interval=0):
+                messages = [m for m in consumer.poll(0.5) if m.error() is None and m.value() != b"probe"]
+                got += messages
+                if accept and messages:
+                    for message in messages:
+                        consumer.acknowledge(message)
+                    consumer.commit_sync()
+                if len(got) >= count:
+                    return got
+
+        first = share_consumer()
+        for _ in deadline_loop(60, "the share group to start (a probe received)", interval=0):
+            producer.produce(topic, b"probe")
+            assert producer.flush(10) == 0
+            probes = [m for m in first.poll(0.5) if m.error() is None]
+            for message in probes:
+                first.acknowledge(message)
+            if probes:
+                first.commit_sync()
+                break
+        for value in values:
+            producer.produce(topic, value)
+        assert producer.flush(10) == 0
+        # no fetch is in flight after the probe's commit: the next poll's fetch acquires all ten
+        received = poll_values(first, len(values), "the records on the first leader")
+        assert [m.value() for m in received] == values
+        for message in received[:6]:
+            first.acknowledge(message)
+        first.commit_sync()
+        old_leader = leader_of(cluster, topic)
+        cluster.brokers[old_leader].kill()
+        cluster.wait_for(lambda md: partitions_of(md, topic) and partitions_of(md, topic)[0].leader
+                         not in (old_leader, -1))
+        second = share_consumer()
+        redelivered = poll_values(second, 4, "the unacknowledged records from the new leader", accept=True)
+        assert [(m.value(), m.delivery_count()) for m in redelivered] == [(v, 2) for v in values[6:]]
+        producer.produce(topic, b"after")
+        assert producer.flush(10) == 0
+        # nothing accepted on the old leader comes back before (or with) the next record
+        assert [m.value() for m in poll_values(second, 1, "the next record", accept=True)] == [b"after"]
+        second.close()

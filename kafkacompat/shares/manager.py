@@ -42,6 +42,7 @@ log = logging.getLogger("kafkacompat.shares")
 
 ShareKey = tuple[str, uuid.UUID, int]
 
+LOCK_CHECK_S = 0.5
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
@@ -97,7 +98,7 @@ class SharePartitionManager:
         self._initializing: dict[ShareKey, trio.Event] = {}
         self._changed = trio.Event()  # records released, or a new lock to time
         self.group_configs: dict[str, GroupShareConfig] = {}
-        self._nursery: trio.Nursery | None = None
+        self._dirty: set[ShareKey] = set()  # released in memory, to persist in the next round of run
 
     @property
     def lock_duration_ms(self) -> int:
@@ -259,20 +260,34 @@ class SharePartitionManager:
 
     async def release_member(self, group_id: str, member_id: str,
                              keys: Sequence[tuple[uuid.UUID, int]] | None = None) -> None:
-        """The member's share session closed or it left the group: its records come back."""
-        for key, entry in list(self.entries.items()):
+        """The member closed its share session: its records come back, durably before the answer."""
+        for key in self._release_in_memory(group_id, member_id, keys):
+            await self._persist_logged(key, f"the release of member {member_id}'s records")
+
+    def _release_in_memory(self, group_id: str, member_id: str,
+                           keys: Sequence[tuple[uuid.UUID, int]] | None) -> list[ShareKey]:
+        released = []
+        for key, entry in self.entries.items():
             if key[0] != group_id or (keys is not None and (key[1], key[2]) not in keys):
                 continue
             if entry.share.release_member(member_id):
-                self._wake()
-                partition = self.replicas.partition(entry.share.topic, entry.share.partition)
-                if partition is None or not partition.is_leader:
-                    continue
-                try:
-                    await self._persist(key, entry.share, partition)
-                except KafkaError as exc:
-                    log.warning("Could not persist the release of member %s's records of %s-%d for share group "
-                                "%s: %s", member_id, entry.share.topic, entry.share.partition, group_id, exc)
+                released.append(key)
+        if released:
+            self._wake()
+        return released
+
+    async def _persist_logged(self, key: ShareKey, what: str) -> None:
+        entry = self.entries.get(key)
+        if entry is None:
+            return
+        partition = self.replicas.partition(entry.share.topic, entry.share.partition)
+        if partition is None or not partition.is_leader:
+            return
+        try:
+            await self._persist(key, entry.share, partition)
+        except KafkaError as exc:
+            log.warning("Could not persist %s of %s-%d for share group %s: %s", what, entry.share.topic,
+                        entry.share.partition, key[0], exc)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -281,51 +296,43 @@ class SharePartitionManager:
     # ---- acquisition lock timeouts ------------------------------------------------------------------
 
     async def run(self) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await self._time_locks()
+        await self._time_locks()
 
     def session_connection_closed(self, session) -> None:
         """The connection a share session was opened on closed: the session ends and its
-        member's records come back (Kafka 4.1's connection-disconnect listener)."""
+        member's records come back at once (Kafka 4.1's connection-disconnect listener), made
+        durable by the next round of ``run`` (a broker stopping makes none: the records keep their
+        delivery count, as after a crash)."""
         if self.sessions.get(session.group_id, session.member_id) is not session:
             return  # replaced by a newer session (the member reconnected)
         self.sessions.remove_member(session.group_id, session.member_id)
-        if self._nursery is not None:
-            self._nursery.start_soon(self.release_member, session.group_id, session.member_id,
-                                     list(session.partitions))
+        self._dirty.update(self._release_in_memory(session.group_id, session.member_id, list(session.partitions)))
 
     def release_member_soon(self, group_id: str, member_id: str) -> None:
         """A member was removed from its share group (left, or its session timed out)."""
         self.sessions.remove_member(group_id, member_id)
-        if self._nursery is not None:
-            self._nursery.start_soon(self.release_member, group_id, member_id)
+        self._dirty.update(self._release_in_memory(group_id, member_id, None))
 
     async def _time_locks(self) -> None:
+        """Sleep until the earliest lock deadline, at most LOCK_CHECK_S (a lock taken meanwhile is
+        at least group.share.record.lock.duration.ms away, >= 1 s), then release what expired."""
         while True:
             deadlines = [d for d in (e.share.next_lock_deadline() for e in self.entries.values()) if d is not None]
-            changed = self._changed
-            with trio.move_on_at(min(deadlines) if deadlines else trio.current_time() + 1):
-                await changed.wait()
+            await trio.sleep_until(min(min(deadlines, default=float("inf")), trio.current_time() + LOCK_CHECK_S))
             try:
                 await self.expire_locks()
+                while self._dirty:
+                    await self._persist_logged(self._dirty.pop(), "released records")
             except Exception:
                 log.exception("Releasing expired share acquisition locks failed; retrying")
 
     async def expire_locks(self) -> None:
         now = trio.current_time()
-        for key, entry in list(self.entries.items()):
-            if not entry.share.expire_locks(now):
-                continue
+        expired = [key for key, entry in self.entries.items() if entry.share.expire_locks(now)]
+        if expired:
             self._wake()
-            partition = self.replicas.partition(entry.share.topic, entry.share.partition)
-            if partition is None or not partition.is_leader:
-                continue
-            try:
-                await self._persist(key, entry.share, partition)
-            except KafkaError as exc:
-                log.warning("Could not persist expired acquisition locks of %s-%d for share group %s: %s",
-                            entry.share.topic, entry.share.partition, key[0], exc)
+        for key in expired:
+            await self._persist_logged(key, "expired acquisition locks")
 
     def invalidate(self, key: ShareKey) -> None:
         """The durable state was changed from outside (AlterShareGroupOffsets, DeleteShareGroupOffsets):

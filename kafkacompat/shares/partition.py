@@ -17,6 +17,7 @@ StateBatches: runs of equal state and delivery count) and ``restore``.
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -94,6 +95,10 @@ class SharePartition:
         self.config = config
         self.start_offset = start_offset
         self.slots: list[Slot] = []  # slots[i] is offset start_offset + i
+        # (deadline, slot) per acquisition or renewal, in deadline order (every lock is now + the
+        # same duration): expiry and the next deadline cost O(1) each, never a walk of the slots.
+        # An entry whose slot moved on (acknowledged, renewed, released) is dropped when reached.
+        self._locks: deque[tuple[float, Slot]] = deque()
 
     def __repr__(self) -> str:
         return f"SharePartition({self.group_id!r}, {self.topic}-{self.partition}, [{self.start_offset}, {self.end_offset}))"
@@ -173,6 +178,7 @@ class SharePartition:
             slot.delivery_count += 1
             slot.member_id = member_id
             slot.lock_deadline = deadline
+            self._locks.append((deadline, slot))
             taken += 1
             _append_range(out, offset, slot.delivery_count)
         return taken
@@ -219,6 +225,7 @@ class SharePartition:
             self._release(slot)
         else:  # RENEW: the member keeps the record for another lock duration
             slot.lock_deadline = deadline
+            self._locks.append((deadline, slot))
 
     @staticmethod
     def _finish(slot: Slot, state: RecordState) -> None:
@@ -239,8 +246,10 @@ class SharePartition:
     def expire_locks(self, now: float) -> bool:
         """Release the records whose acquisition lock has expired; True when any was."""
         changed = False
-        for slot in self.slots:
-            if slot.state is RecordState.ACQUIRED and slot.lock_deadline <= now:
+        locks = self._locks
+        while locks and locks[0][0] <= now:
+            deadline, slot = locks.popleft()
+            if slot.state is RecordState.ACQUIRED and slot.lock_deadline == deadline:
                 self._release(slot)
                 changed = True
         if changed:
@@ -248,8 +257,13 @@ class SharePartition:
         return changed
 
     def next_lock_deadline(self) -> float | None:
-        deadlines = [slot.lock_deadline for slot in self.slots if slot.state is RecordState.ACQUIRED]
-        return min(deadlines) if deadlines else None
+        locks = self._locks
+        while locks:
+            deadline, slot = locks[0]
+            if slot.state is RecordState.ACQUIRED and slot.lock_deadline == deadline:
+                return deadline
+            locks.popleft()
+        return None
 
     def release_member(self, member_id: str) -> bool:
         """A member left (its share session closed): its records come back with the delivery
@@ -286,12 +300,15 @@ class SharePartition:
         if offset <= self.start_offset:
             return False
         drop = min(offset - self.start_offset, len(self.slots))
+        for slot in self.slots[:drop]:
+            slot.state = RecordState.ARCHIVED  # gone for the group; a pending lock entry is dropped
         del self.slots[:drop]
         self.start_offset = offset
         return True
 
     def reset(self, start_offset: int) -> None:
         self.slots.clear()
+        self._locks.clear()
         self.start_offset = start_offset
 
     # ---- durable form -----------------------------------------------------------------------------

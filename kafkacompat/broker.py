@@ -1,6 +1,6 @@
 """The composition root: builds the broker's services (replication/manager.py's ReplicaManager,
-the metadata view and admin operations of a single node or a cluster member, the group
-coordinator, producer ids), opens the data dir, joins the cluster before the listener accepts,
+the metadata view and admin operations of a single node or a cluster member, the group and
+transaction coordinators, producer ids), opens the data dir, joins the cluster before the listener accepts,
 and closes everything in order."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.replication.manager import ReplicaManager
+from kafkacompat.transactions.channel import BrokerChannel
+from kafkacompat.transactions.coordinator import TransactionCoordinator
+from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
+from kafkacompat.transactions.markers import TxnMarkerWriter
+from kafkacompat.transactions.verifier import CoordinatorVerifier
 from kafkacompat.shares import ShareServices
 from kafkacompat.shares.group import ShareGroupCoordinator
 from kafkacompat.shares.manager import SharePartitionManager
@@ -65,6 +70,8 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.replicas.add_txn_marker_listener(self.groups)
+        self._build_transaction_coordinator()
         self.shares = self._build_shares()
         self._services = None
 
@@ -106,6 +113,22 @@ class Broker:
 
         return OffsetsTopicLog(self.replicas.topics, self.replicas, create=create)
 
+    def _build_transaction_coordinator(self) -> None:
+        config = self.config
+        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms)
+        create = None
+        if not self.clustered:
+            def create():
+                return self.admin.create_topic_now(
+                    TRANSACTION_STATE_TOPIC, config.transaction_state_log_num_partitions,
+                    min(config.transaction_state_log_replication_factor, 1), self.transactions.topic_configs(1))
+
+        state_log = OffsetsTopicLog(self.replicas.topics, self.replicas, create=create, name=TRANSACTION_STATE_TOPIC)
+        self.transactions = TransactionCoordinator(config, state_log, self.producer_ids,
+                                                   TxnMarkerWriter(self.metadata, self.replicas, channel),
+                                                   clustered=self.clustered)
+        self.replicas.add_leadership_listener(self.transactions)
+        self.txn_verifier = CoordinatorVerifier(self.transactions, self.metadata, channel)
     def _build_shares(self) -> ShareServices:
         """Share groups: membership beside the group coordinator, share partitions on the
         partition leaders, their state in __share_group_state (created on first use)."""
@@ -155,6 +178,7 @@ class Broker:
             self.replicas.open_partitions(topic, range(topic.partitions), lead=True)
         self.replicas.warn_about_stray_logs()
         self.groups.load()
+        self.transactions.load()
         self.shares.state.load()
 
     def close(self) -> None:
@@ -181,7 +205,8 @@ class Broker:
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
-                                      self.shares)
+                                      txn_verifier=self.txn_verifier, transactions=self.transactions,
+                                      shares=self.shares)
         return self._services
 
     async def dispatch(
@@ -221,6 +246,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.transactions.run)
             nursery.start_soon(broker.shares.partitions.run)
             nursery.start_soon(broker.shares.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)

@@ -23,6 +23,11 @@ class Feature:
 FEATURES: dict[str, Feature] = {
     # KIP-932 share groups: on by default (Kafka 4.2 needs it finalized to serve them).
     "share.version": Feature("share.version", 0, 1, 1),
+    # KIP-890 part 2, finalized at 2 as on a Kafka 4.x cluster: a client that reads it sends
+    # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
+    # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without
+    # AddOffsetsToTxn. Clients that ignore it keep transaction version 1.
+    "transaction.version": Feature("transaction.version", 0, 2, 2),
 }
 
 # Bumped whenever a finalized level changes; -1 while nothing is finalized (Kafka's "unknown").

@@ -343,7 +343,7 @@ def test_compacted_topics_reject_records_without_a_key():
     assert "Compacted topic cannot accept message without key in topic partition t-0." in raised.value.message
 
 
-def test_transactional_batches_are_kept_whole_and_not_mapped(tmp_path):
+def test_an_open_transaction_stops_the_cleaner(tmp_path):
     log = open_log(tmp_path)
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=9,
                                         producer_epoch=0, base_sequence=0, batch_size=1 << 20)
@@ -354,9 +354,8 @@ def test_transactional_batches_are_kept_whole_and_not_mapped(tmp_path):
     append(log, [(b"k", b"plain")])
     log.roll()
     append(log, [(b"z", b"active")])
+    assert log_to_clean(log, None, T0 + HOUR).first_uncleanable_offset == 0  # Kafka stops at the LSO
     clean(cleaner_for(tmp_path, log), log, T0 + HOUR)
-    # Without a transaction index the cleaner cannot tell committed from aborted: it keeps the
-    # transactional batch, and its key does not remove older plain records either.
     assert [(offset, value) for offset, _, value, _ in records(log)] == [(0, b"in-txn"), (1, b"plain"), (2, b"active")]
 
 

@@ -34,6 +34,13 @@ from kafkacompat.transactions.coordinator import TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
 from kafkacompat.transactions.markers import TxnMarkerWriter
 from kafkacompat.transactions.verifier import CoordinatorVerifier
+from kafkacompat.shares import ShareServices
+from kafkacompat.shares.group import ShareGroupCoordinator
+from kafkacompat.shares.manager import SharePartitionManager
+from kafkacompat.shares.records import SHARE_STATE_TOPIC
+from kafkacompat.shares.remote import RoutingPersister
+from kafkacompat.shares.state_store import ShareStateStore
+from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -88,6 +95,7 @@ class Broker:
         self.quotas = ClientQuotaManager(config, self.admin.quota_store)
         self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
+        self.shares = self._build_shares()
         self._services = None
 
     def _authorizer(self) -> "Authorizer | None":
@@ -162,6 +170,35 @@ class Broker:
                                                    clustered=self.clustered)
         self.replicas.add_leadership_listener(self.transactions)
         self.txn_verifier = CoordinatorVerifier(self.transactions, self.metadata, channel)
+    def _build_shares(self) -> ShareServices:
+        """Share groups: membership beside the group coordinator, share partitions on the
+        partition leaders, their state in __share_group_state (created on first use)."""
+        config = self.config
+
+        async def ensure_state_topic():
+            topic = self.replicas.topics.get(SHARE_STATE_TOPIC)
+            if topic is not None:
+                return topic
+            partitions = config.share_coordinator_state_topic_num_partitions
+            replication = max(1, min(config.share_coordinator_state_topic_replication_factor,
+                                     len(self.metadata.brokers())))
+            if not self.clustered:
+                return self.admin.create_topic_now(SHARE_STATE_TOPIC, partitions, 1, state.topic_configs())
+            try:
+                await self.admin.create_topic(SHARE_STATE_TOPIC, partitions, replication, state.topic_configs())
+            except KafkaError as exc:  # created concurrently: the caller retries
+                log.info("Could not create %s yet: %s", SHARE_STATE_TOPIC, exc)
+            return self.replicas.topics.get(SHARE_STATE_TOPIC)
+
+        state = ShareStateStore(config, self.replicas, ensure_topic=ensure_state_topic, clustered=self.clustered)
+        persister = RoutingPersister(state, self.metadata) if self.clustered else state
+        partitions = SharePartitionManager(config, self.replicas, persister)
+        groups = ShareGroupCoordinator(config, self.groups, self.metadata)
+        groups.member_removed_listeners.append(partitions.release_member_soon)
+        self.groups.foreign_group = groups.is_share_group
+        self.replicas.add_leadership_listener(state)
+        self.replicas.add_leadership_listener(partitions)
+        return ShareServices(groups, partitions, state)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -183,6 +220,7 @@ class Broker:
         self.replicas.warn_about_stray_logs()
         self.groups.load()
         self.transactions.load()
+        self.shares.state.load()
 
     def close(self) -> None:
         self.logs.close()
@@ -218,7 +256,7 @@ class Broker:
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
                                       credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
                                       quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions,
-                                      metrics=BrokerMetrics(enabled=self.http is not None))
+                                      shares=self.shares, metrics=BrokerMetrics(enabled=self.http is not None))
         return self._services
 
     async def dispatch(
@@ -271,6 +309,8 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(broker.transactions.run)
+            nursery.start_soon(broker.shares.partitions.run)
+            nursery.start_soon(broker.shares.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()

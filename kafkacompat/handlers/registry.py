@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.shares import ShareServices
     from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
@@ -67,6 +68,7 @@ class Services:
     quotas: "ClientQuotaManager | None" = None
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     faults: FaultInjector = field(default_factory=FaultInjector)
+    shares: "ShareServices | None" = None
 
 
 @dataclass(slots=True)

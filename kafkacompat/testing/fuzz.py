@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import random
+import re
 import socket
 import struct
 import time
@@ -47,6 +48,7 @@ PROBE_CORRELATION_ID = 0x7E57
 TRIALS_PER_VERSION = 12
 
 PRODUCE, FETCH, JOIN_GROUP, SYNC_GROUP, DELETE_RECORDS = 0, 1, 11, 14, 21
+SHARE_FETCH = 78
 TIMEOUT_APIS = {19: "CreateTopics", 20: "DeleteTopics", 21: "DeleteRecords", 37: "CreatePartitions",
                 43: "ElectLeaders"}
 
@@ -389,6 +391,8 @@ class Bounds:
             if not any(topic.partitions for topic in request.topics):
                 return Bound(SLACK_S, True, "a Fetch of no partition is answered at once")
             return self._waits(request.max_wait_ms, "Fetch max_wait_ms")
+        if api_key == SHARE_FETCH:
+            return self._waits(request.max_wait_ms, "ShareFetch max_wait_ms")
         if api_key == JOIN_GROUP:
             self._remember_join(request)
             return self._waits(self.longest_group_wait_ms, "the group's rebalance/session timeouts")

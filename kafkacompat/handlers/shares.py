@@ -10,7 +10,8 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
-from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
+from kafkacompat.handlers.cluster import OPERATIONS_OMITTED
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.shares.partition import AcknowledgementBatch, AcknowledgeType, AcquireMode
 from kafkacompat.shares.sessions import FINAL_EPOCH, INITIAL_EPOCH, check_epoch
@@ -29,7 +30,6 @@ SHARE_FETCH = 78
 SHARE_ACKNOWLEDGE = 79
 
 # READ, DESCRIBE, DELETE (AclOperation codes), as for classic groups with no authorizer.
-GROUP_OPERATIONS = frozenset({3, 6, 8})
 RENEW_ACQUIRE_MODE = 255  # ShareFetch v2: only renew the acknowledged locks, acquire nothing
 
 PartitionKey = tuple[uuid.UUID, int]
@@ -60,6 +60,10 @@ def _valid_member_id(member_id: str | None) -> bool:
 
 @handles(SHARE_GROUP_HEARTBEAT, 1, 1)
 async def handle_share_group_heartbeat(request, ctx: RequestContext):
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id or ""):
+        return response_for(SHARE_GROUP_HEARTBEAT, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
+                            member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     result = shares(ctx).groups.heartbeat(
         request.group_id, request.member_id, request.member_epoch, request.rack_id, request.subscribed_topic_names,
         client_id=ctx.client_id or "", client_host=_client_host(ctx),
@@ -80,9 +84,14 @@ async def handle_share_group_heartbeat(request, ctx: RequestContext):
 async def handle_share_group_describe(request, ctx: RequestContext):
     cls = response_class(SHARE_GROUP_DESCRIBE)
     group_cls = cls.DescribedGroup
-    operations = operations_bitfield(GROUP_OPERATIONS) if request.include_authorized_operations else OPERATIONS_OMITTED
     described = []
     for group_id in request.group_ids or []:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(group_cls(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, group_id=group_id,
+                                       group_state="", authorized_operations=OPERATIONS_OMITTED))
+            continue
+        operations = (ctx.authorized_operations(ResourceType.GROUP, group_id) if request.include_authorized_operations
+                      else OPERATIONS_OMITTED)
         error, message, group = shares(ctx).groups.describe(group_id)
         if group is None:
             described.append(group_cls(error_code=error, error_message=message, group_id=group_id,
@@ -205,6 +214,8 @@ async def handle_share_fetch(request, ctx: RequestContext):
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group_id:
         return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_GROUP_ID, "The group id is empty.")
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return _top_level_error(SHARE_FETCH, ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not _valid_member_id(member_id):
         return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST, f"Invalid member id {member_id!r}.")
     mode = getattr(request, "share_acquire_mode", AcquireMode.BATCH_OPTIMIZED)
@@ -291,6 +302,8 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
     group_id, member_id, epoch = request.group_id, request.member_id, request.share_session_epoch
     if not group_id:
         return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_GROUP_ID, "The group id is empty.")
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id):
+        return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     if not _valid_member_id(member_id):
         return _top_level_error(SHARE_ACKNOWLEDGE, ctx, ErrorCode.INVALID_REQUEST, f"Invalid member id {member_id!r}.")
     requested = [((topic.topic_id, p.partition_index), _acknowledgements(p))

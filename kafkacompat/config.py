@@ -379,6 +379,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             applied=False),
     _broker("socket.request.max.bytes", _INT, "104857600", HIGH,
             "The maximum number of bytes in a socket request.", at_least(1)),
+    _broker("max.request.partition.size.limit", _INT, "2000", MEDIUM,
+            "Max partitions in one DescribeTopicPartitions response (KIP-966).", at_least(1)),
     _broker("socket.listen.backlog.size", _INT, "50", MEDIUM, "Max pending connections on the socket.", at_least(1),
             applied=False),
     _broker("max.connections", _INT, INT_MAX, MEDIUM, "Max connections allowed in the broker.", at_least(0),

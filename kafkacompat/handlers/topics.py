@@ -179,7 +179,7 @@ def _error_result(topic_cls, name: str | None, code: int, message: str | None):
     )
 
 
-@handles(CREATE_TOPICS, 2, 7)
+@handles(CREATE_TOPICS, 0, 7)
 async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
@@ -277,7 +277,7 @@ def _resolve_for_deletion(
     return list(chosen.values()), errors
 
 
-@handles(DELETE_TOPICS, 1, 6)
+@handles(DELETE_TOPICS, 0, 6)
 async def handle_delete_topics(request, ctx: RequestContext):
     result_cls = response_class(DELETE_TOPICS).DeletableTopicResult
     targets = _deletion_targets(request, ctx.version)

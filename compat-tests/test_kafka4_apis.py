@@ -4,6 +4,8 @@ feature levels in ApiVersions (KIP-584)."""
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 
 import pytest
@@ -11,6 +13,8 @@ import pytest
 pytest.register_assert_rewrite("clients")
 from clients import RawConnection, admin  # noqa: E402
 from confluent_kafka.admin import NewTopic  # noqa: E402
+
+from cluster import ZooKeeperCluster  # noqa: E402
 
 from kafkacompat.testing.fuzz import request_class, response_class
 from kafkacompat.testing.process import BrokerProcess
@@ -107,3 +111,123 @@ def test_describe_topic_partitions_bad_cursor_is_invalid_request(broker, topics,
     bad = ("zz-not-listed", 0) if cursor == "other-topic" else (names[0], -1)
     response = describe_partitions(broker, names, cursor=bad)
     assert pages(response) == [(name, INVALID_REQUEST, []) for name in names]
+
+
+# ---- feature levels: ApiVersions and UpdateFeatures -----------------------------------------
+
+UPDATE_FEATURES, INVALID_UPDATE_VERSION = 57, 95
+METADATA_VERSION = "metadata.version"
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+
+
+@pytest.fixture
+def feature_broker(tmp_path):
+    proc = BrokerProcess(tmp_path / "data").start()
+    yield proc
+    proc.kill()
+
+
+def metadata_version(broker) -> tuple[tuple[int, int], tuple[int, int], int | None]:
+    """metadata.version's supported range, finalized level and epoch, as kafka-python's
+    describe_features reads them from ApiVersions."""
+    from kafka import KafkaAdminClient
+
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        described = client.describe_features()[METADATA_VERSION]
+    finally:
+        client.close()
+    return described["supported"], described["finalized"], described["finalized_epoch"]
+
+
+def update_features(broker, version: int, *updates, validate_only=False):
+    """updates: (feature, level, upgrade type); v0 sends the type as AllowDowngrade."""
+    cls = request_class(UPDATE_FEATURES)
+    keys = [cls.FeatureUpdateKey(feature=name, max_version_level=level, allow_downgrade=kind != UPGRADE,
+                                 upgrade_type=kind) for name, level, kind in updates]
+    fields = {"validate_only": validate_only} if version >= 1 else {}
+    return raw_call(broker, UPDATE_FEATURES, version, timeout_ms=10000, feature_updates=keys, **fields)
+
+
+def failure(response) -> tuple[int, str]:
+    prefix = "The update failed for all features since the following feature had an error: "
+    assert response.error_message.startswith(prefix) and response.results == []
+    return response.error_code, response.error_message[len(prefix):]
+
+
+def test_api_versions_advertises_metadata_version_finalized_as_kafka_4_2(feature_broker):
+    assert metadata_version(feature_broker) == ((7, 29), (29, 29), 0)
+
+
+def test_update_features_checks_as_kafka(feature_broker):
+    cases = [
+        ((METADATA_VERSION, 30, UPGRADE),
+         "Invalid update version 30 for feature metadata.version. Local controller 0 only supports versions 7-29"),
+        ((METADATA_VERSION, 28, UPGRADE),
+         "Invalid update version 28 for feature metadata.version. Can't downgrade the version of this feature "
+         "without setting the upgrade type to either safe or unsafe downgrade."),
+        ((METADATA_VERSION, -1, SAFE_DOWNGRADE),
+         "Invalid update version -1 for feature metadata.version. A feature version cannot be less than 0."),
+        ((METADATA_VERSION, 22, SAFE_DOWNGRADE),
+         "Invalid metadata.version 22. Refusing to perform the requested downgrade because it might delete "
+         "metadata information."),
+        ((METADATA_VERSION, 22, UNSAFE_DOWNGRADE),
+         "Invalid metadata.version 22. Unsafe metadata downgrade is not supported in this version."),
+        ((METADATA_VERSION, 28, 7),
+         "Invalid update version 28 for feature metadata.version. The controller does not support the given "
+         "upgrade type."),
+        (("no.such.feature", 1, UPGRADE),
+         "Invalid update version 1 for feature no.such.feature. Local controller 0 does not support this feature."),
+        (("no.such.feature", 0, UPGRADE),
+         "Invalid update version 0 for feature no.such.feature. Feature no.such.feature not found."),
+    ]
+    for update, message in cases:
+        assert failure(update_features(feature_broker, 1, update)) == (INVALID_UPDATE_VERSION, message)
+    # One bad update fails the request: the good one is not applied either.
+    both = update_features(feature_broker, 1, (METADATA_VERSION, 28, SAFE_DOWNGRADE), ("no.such.feature", 1, UPGRADE))
+    assert failure(both)[0] == INVALID_UPDATE_VERSION
+    valid = update_features(feature_broker, 1, (METADATA_VERSION, 28, SAFE_DOWNGRADE), validate_only=True)
+    assert (valid.error_code, [(r.feature, r.error_code) for r in valid.results]) == (0, [(METADATA_VERSION, 0)])
+    assert metadata_version(feature_broker)[1] == (29, 29)
+
+
+def test_update_features_changes_levels_persisted_across_restart(feature_broker):
+    from kafka import KafkaAdminClient
+
+    downgraded = update_features(feature_broker, 0, (METADATA_VERSION, 28, SAFE_DOWNGRADE))  # AllowDowngrade
+    assert (downgraded.error_code, downgraded.error_message) == (0, None)
+    assert [(r.feature, r.error_code, r.error_message) for r in downgraded.results] == [(METADATA_VERSION, 0, None)]
+    assert metadata_version(feature_broker) == ((7, 29), (28, 28), 1)
+    feature_broker.restart()
+    assert metadata_version(feature_broker) == ((7, 29), (28, 28), 1)
+    client = KafkaAdminClient(bootstrap_servers=feature_broker.bootstrap)
+    try:
+        assert client.update_features({METADATA_VERSION: 29}) == {METADATA_VERSION: "OK"}
+    finally:
+        client.close()
+    assert metadata_version(feature_broker) == ((7, 29), (29, 29), 2)
+    upgraded_again = update_features(feature_broker, 2, (METADATA_VERSION, 29, UPGRADE))
+    assert (upgraded_again.error_code, upgraded_again.results) == (0, [])  # v2: no per-feature results
+
+
+def test_feature_levels_shared_by_a_zookeeper_cluster_in_the_feature_znode(tmp_path):
+    from kazoo.client import KazooClient
+
+    with ZooKeeperCluster(tmp_path, brokers=2) as cluster:
+        first, second = cluster.brokers[0], cluster.brokers[1]
+        assert metadata_version(second)[1] == (29, 29)
+        assert update_features(first, 1, (METADATA_VERSION, 26, SAFE_DOWNGRADE)).error_code == 0
+        # The second broker hears of the change through its watch on /feature.
+        deadline = time.monotonic() + 15
+        while metadata_version(second)[1] != (26, 26):
+            assert time.monotonic() < deadline, "broker 1 never saw metadata.version 26"
+            time.sleep(0.1)
+        zk = KazooClient(hosts=f"{cluster.zookeeper.connect}/kafkacompat")
+        zk.start(timeout=15)
+        try:
+            data, _ = zk.get("/feature")
+        finally:
+            zk.stop()
+            zk.close()
+        assert json.loads(data) == {"version": 2, "status": 1, "features": {
+            METADATA_VERSION: {"min_version_level": 1, "max_version_level": 26}}}

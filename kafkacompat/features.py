@@ -8,7 +8,7 @@ when served, changes the finalized level. Clients read FinalizedFeatures to choo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,11 +19,28 @@ class Feature:
     finalized_level: int  # 0 means "not finalized": the feature is advertised as supported only
 
 
+METADATA_VERSION = "metadata.version"
+# Kafka 4.2's metadata.version range: IBP_3_3_IV3 (the oldest a 4.x cluster runs) to IBP_4_2_IV1,
+# its latest production level, which a new 4.2 cluster finalizes.
+MINIMUM_METADATA_VERSION = 7
+LATEST_METADATA_VERSION = 29
+
 # name -> Feature. Kept sorted by name; the ApiVersions answer lists them in this order.
-FEATURES: dict[str, Feature] = {}
+FEATURES: dict[str, Feature] = {
+    METADATA_VERSION: Feature(METADATA_VERSION, MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION,
+                              LATEST_METADATA_VERSION),
+}
 
 # Bumped whenever a finalized level changes; -1 while nothing is finalized (Kafka's "unknown").
 FINALIZED_FEATURES_EPOCH = 0
+
+# The levels UpdateFeatures finalized, as read back from the metadata store (every finalized
+# feature; one absent is not finalized); None until a level has been changed: the table's levels.
+_stored_levels: dict[str, int] | None = None
+
+
+def _level(feature: Feature) -> int:
+    return feature.finalized_level if _stored_levels is None else _stored_levels.get(feature.name, 0)
 
 
 def supported_features() -> list[Feature]:
@@ -31,9 +48,22 @@ def supported_features() -> list[Feature]:
 
 
 def finalized_features() -> list[Feature]:
-    return [feature for feature in supported_features() if feature.finalized_level > 0]
+    """The finalized features, each with its current level in ``finalized_level``."""
+    return [replace(feature, finalized_level=_level(feature)) for feature in supported_features()
+            if _level(feature) > 0]
+
+
+def finalized_levels() -> dict[str, int]:
+    return {feature.name: feature.finalized_level for feature in finalized_features()}
 
 
 def finalized_level(name: str) -> int:
     feature = FEATURES.get(name)
-    return feature.finalized_level if feature is not None else 0
+    return _level(feature) if feature is not None else 0
+
+
+def apply_finalized(levels: dict[str, int] | None, epoch: int) -> None:
+    """Take the levels stored in the metadata store (None: nothing stored, the table's levels)."""
+    global FINALIZED_FEATURES_EPOCH, _stored_levels
+    _stored_levels = None if levels is None else dict(levels)
+    FINALIZED_FEATURES_EPOCH = epoch

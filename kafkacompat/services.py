@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from kafkacompat.controller.client_quotas import ClientQuotaStore
+    from kafkacompat.controller.feature_store import FinalizedFeatureStore
     from kafkacompat.controller.state import BrokerInfo, PartitionState
     from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.replication.partition import Partition
@@ -66,6 +67,8 @@ class AdminOps(Protocol):
     async def refresh(self) -> None: ...
 
     def quota_store(self) -> "ClientQuotaStore": ...
+
+    def feature_store(self) -> "FinalizedFeatureStore": ...
 
 
 class IsrClient(Protocol):

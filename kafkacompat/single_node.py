@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from kafkacompat.controller.client_quotas import ClientQuotaStore
+from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreWriteError
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
@@ -89,6 +90,7 @@ class LocalAdmin:
         self.config = config
         self.registry = registry
         self.replicas = replicas
+        self._features: FinalizedFeatureStore | None = None
 
     def create_topic_now(self, name: str, partitions: int, replication_factor: int,
                          configs: dict[str, str]) -> TopicInfo:
@@ -164,3 +166,10 @@ class LocalAdmin:
         from kafkacompat.controller.store import EmbeddedStore
 
         return ClientQuotaStore(EmbeddedStore(self.registry.tree))
+
+    def feature_store(self) -> FinalizedFeatureStore:
+        if self._features is None:
+            from kafkacompat.controller.store import EmbeddedStore
+
+            self._features = FinalizedFeatureStore(EmbeddedStore(self.registry.tree))
+        return self._features

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from kafkacompat.controller.client_quotas import ClientQuotaStore
+from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreError
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
@@ -70,6 +71,7 @@ class ClusterAdmin:
     def __init__(self, config: "BrokerConfig", member: "ClusterMember") -> None:
         self.config = config
         self.member = member
+        self._features: FinalizedFeatureStore | None = None
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
                            assignment: dict[int, list[int]] | None = None, *,
@@ -127,3 +129,8 @@ class ClusterAdmin:
 
     def quota_store(self) -> ClientQuotaStore:
         return ClientQuotaStore(self.member.store)
+
+    def feature_store(self) -> FinalizedFeatureStore:
+        if self._features is None:
+            self._features = FinalizedFeatureStore(self.member.store)
+        return self._features

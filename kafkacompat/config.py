@@ -1,7 +1,8 @@
 """Broker configuration: Kafka's server.properties keys, topic-level configs, and one BrokerConfig.
 
 Three data-driven tables describe what this broker understands, one entry per key, with Kafka's
-names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs) and validation:
+names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs, except the few Kafka 4.x
+changed: ``KAFKA_4_DEFAULTS``) and validation:
 
 - ``BROKER_CONFIGS``: broker keys (``server.properties``), each with the topic-level config it
   supplies the default for, if any (``log.segment.bytes`` -> ``segment.bytes``).
@@ -331,6 +332,15 @@ _BOOL, _STR, _INT, _SHORT, _LONG, _DOUBLE, _LIST = (
 )
 
 
+# Where Kafka 4.x changed a default from 3.x (KIP-1030), the 4.x value (the README names each).
+# Kafka 4.0 also raised segment.bytes' minimum to 1 MiB; kafkacompat keeps 3.x's 14 bytes (small
+# segments are how its tests reach segment rolls, compaction and retention quickly).
+KAFKA_4_DEFAULTS: Mapping[str, str] = MappingProxyType({
+    "log.message.timestamp.after.max.ms": str(MS_PER_HOUR),  # 3.x: Long.MAX_VALUE
+    "num.recovery.threads.per.data.dir": "2",  # 3.x: 1
+})
+
+
 def _broker(
     name: str,
     config_type: ConfigType,
@@ -473,7 +483,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("log.message.timestamp.before.max.ms", _LONG, LONG_MAX, MEDIUM,
             "Max allowed age of a CreateTime timestamp relative to the broker's clock.", at_least(0),
             dynamic=True),
-    _broker("log.message.timestamp.after.max.ms", _LONG, LONG_MAX, MEDIUM,
+    _broker("log.message.timestamp.after.max.ms", _LONG, KAFKA_4_DEFAULTS["log.message.timestamp.after.max.ms"], MEDIUM,
             "Max allowed lead of a CreateTime timestamp over the broker's clock.", at_least(0), dynamic=True),
     _broker("log.message.timestamp.difference.max.ms", _LONG, LONG_MAX, MEDIUM,
             "Deprecated: max difference between record and broker timestamps.", at_least(0), dynamic=True),
@@ -485,7 +495,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Tiered storage: local retention time; -2 = log.retention.ms.", at_least(-2), dynamic=True),
     _broker("log.local.retention.bytes", _LONG, "-2", MEDIUM,
             "Tiered storage: local retention size; -2 = log.retention.bytes.", at_least(-2), dynamic=True),
-    _broker("num.recovery.threads.per.data.dir", _INT, "1", HIGH,
+    _broker("num.recovery.threads.per.data.dir", _INT, KAFKA_4_DEFAULTS["num.recovery.threads.per.data.dir"], HIGH,
             "Threads per data directory for log recovery at startup.", at_least(1), dynamic=True, applied=False),
     _broker("log.cleaner.enable", _BOOL, "true", MEDIUM, "Run the log cleaner (needed for compacted topics)."),
     _broker("log.cleaner.threads", _INT, "1", MEDIUM, "Background threads for log cleaning.", at_least(0),
@@ -640,7 +650,7 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
            None, "log.message.downconversion.enable"),
     _topic("message.format.version", _STR, "3.0-IV1", "Deprecated: message format version.",
            metadata_version, "log.message.format.version", applied=False),
-    _topic("message.timestamp.after.max.ms", _LONG, LONG_MAX, "Max lead of a CreateTime timestamp over the broker.",
+    _topic("message.timestamp.after.max.ms", _LONG, KAFKA_4_DEFAULTS["log.message.timestamp.after.max.ms"], "Max lead of a CreateTime timestamp over the broker.",
            at_least(0), "log.message.timestamp.after.max.ms"),
     _topic("message.timestamp.before.max.ms", _LONG, LONG_MAX, "Max age of a CreateTime timestamp at append.",
            at_least(0), "log.message.timestamp.before.max.ms"),

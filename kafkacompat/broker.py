@@ -160,6 +160,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly. The port is bound first (a
     cluster member registers its address), but nothing is accepted before the broker has joined
     its cluster: no request sees a broker that is half there."""
+    from kafkacompat.dynamic_config import DynamicBrokerConfigs
     from kafkacompat.server import serve_listener
 
     broker.config.warn_about_settings_without_effect()
@@ -172,6 +173,9 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             broker.port = port
             if broker.clustered:
                 await nursery.start(broker.join)
+            dynamic_configs = DynamicBrokerConfigs(broker.config, broker.admin.broker_config_store(), broker.replicas,
+                                                   broker.metadata)
+            await nursery.start(dynamic_configs.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)

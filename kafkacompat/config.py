@@ -43,13 +43,15 @@ logger = logging.getLogger("kafkacompat.config")
 # Config sources as DescribeConfigs reports them (DescribeConfigsResponse ConfigSource ids).
 DEFAULT_CONFIG = "DEFAULT_CONFIG"
 STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
+DYNAMIC_BROKER_CONFIG = "DYNAMIC_BROKER_CONFIG"
+DYNAMIC_DEFAULT_BROKER_CONFIG = "DYNAMIC_DEFAULT_BROKER_CONFIG"
 TOPIC_CONFIG = "TOPIC_CONFIG"
 CONFIG_SOURCE_IDS: Mapping[str, int] = MappingProxyType(
     {
         "UNKNOWN_CONFIG": 0,
         TOPIC_CONFIG: 1,
-        "DYNAMIC_BROKER_CONFIG": 2,
-        "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+        DYNAMIC_BROKER_CONFIG: 2,
+        DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
         STATIC_BROKER_CONFIG: 4,
         DEFAULT_CONFIG: 5,
         "DYNAMIC_BROKER_LOGGER_CONFIG": 6,
@@ -966,6 +968,38 @@ def _check_compaction_lags(typed: Mapping[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Dynamic broker configs.
+# ---------------------------------------------------------------------------------------------
+
+
+def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
+    """Kafka's DynamicBrokerConfig.validate: keys that need a restart ("Cannot update these configs
+    dynamically: Set(...)"), then each value as the key's type and validator would read it.
+    Raises ConfigError; unknown keys pass (Kafka stores them for custom reconfigurables)."""
+    static_only = [key for key in props if key in BROKER_CONFIGS and BROKER_CONFIGS[key].read_only]
+    if static_only:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
+    for key, value in props.items():
+        if key in BROKER_CONFIGS:
+            BROKER_CONFIGS[key].parse(value)
+
+
+def _usable_dynamic(props: Mapping[str, str]) -> dict[str, str]:
+    usable = {}
+    for key, value in props.items():
+        known = BROKER_CONFIGS.get(key)
+        if known is None or known.read_only:
+            continue
+        try:
+            known.parse(value)
+        except ConfigError as exc:
+            logger.warning("Ignoring the dynamic broker config %s=%s from the metadata store: %s", key, value, exc)
+            continue
+        usable[key] = value
+    return usable
+
+
+# ---------------------------------------------------------------------------------------------
 # BrokerConfig.
 # ---------------------------------------------------------------------------------------------
 
@@ -1074,6 +1108,34 @@ class BrokerConfig:
         self.zookeeper_connect = typed["zookeeper.connect"] or None
         self.values = values
         self.sources = sources
+        self.static_values = dict(values)  # before any dynamic config (server.properties, --set, defaults)
+        self.static_sources = dict(sources)
+        self.dynamic_broker: dict[str, str] = {}  # /config/brokers/<this id>
+        self.dynamic_default: dict[str, str] = {}  # /config/brokers/<default>
+
+    # -- dynamic broker configs -----------------------------------------------------------------
+
+    def apply_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> list[str]:
+        """Take the dynamic broker configs (AlterConfigs on BROKER resources): for a dynamic key
+        the per-broker value wins over the cluster default, which wins over server.properties.
+        Keys Kafka cannot change without a restart, unknown keys and bad values are ignored with
+        a warning (validate_dynamic_broker_configs refuses them before they are stored). Returns
+        the keys whose effective value changed."""
+        per_broker, cluster_default = _usable_dynamic(per_broker), _usable_dynamic(cluster_default)
+        changed = []
+        for key in set(self.dynamic_broker) | set(self.dynamic_default) | set(per_broker) | set(cluster_default):
+            if key in per_broker:
+                value, source = per_broker[key], DYNAMIC_BROKER_CONFIG
+            elif key in cluster_default:
+                value, source = cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG
+            else:
+                value, source = self.static_values[key], self.static_sources[key]
+            if self.values[key] != value:
+                changed.append(key)
+            self.values[key], self.sources[key] = value, source
+            setattr(self, BROKER_CONFIGS[key].attribute, BROKER_CONFIGS[key].parse(value))
+        self.dynamic_broker, self.dynamic_default = per_broker, cluster_default
+        return sorted(changed)
 
     # -- settings without effect ----------------------------------------------------------------
 

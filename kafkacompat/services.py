@@ -9,6 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from kafkacompat.controller.broker_config_store import BrokerConfigStore
     from kafkacompat.controller.client_quotas import ClientQuotaStore
     from kafkacompat.controller.feature_store import FinalizedFeatureStore
     from kafkacompat.controller.state import BrokerInfo, PartitionState
@@ -69,6 +70,8 @@ class AdminOps(Protocol):
     def quota_store(self) -> "ClientQuotaStore": ...
 
     def feature_store(self) -> "FinalizedFeatureStore": ...
+
+    def broker_config_store(self) -> "BrokerConfigStore": ...
 
 
 class IsrClient(Protocol):

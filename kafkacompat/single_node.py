@@ -9,6 +9,7 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.state import BrokerInfo, PartitionState
@@ -173,3 +174,8 @@ class LocalAdmin:
 
             self._features = FinalizedFeatureStore(EmbeddedStore(self.registry.tree))
         return self._features
+
+    def broker_config_store(self) -> BrokerConfigStore:
+        from kafkacompat.controller.store import EmbeddedStore
+
+        return BrokerConfigStore(EmbeddedStore(self.registry.tree))

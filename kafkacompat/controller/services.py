@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.state import BrokerInfo, PartitionState
@@ -134,3 +135,6 @@ class ClusterAdmin:
         if self._features is None:
             self._features = FinalizedFeatureStore(self.member.store)
         return self._features
+
+    def broker_config_store(self) -> BrokerConfigStore:
+        return BrokerConfigStore(self.member.store)

@@ -972,11 +972,20 @@ def _check_compaction_lags(typed: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+# Dynamic in Kafka (per broker) but bound at start-up here: the listeners are opened once.
+STATIC_HERE = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+
+
+def _dynamic_here(key: str) -> bool:
+    known = BROKER_CONFIGS.get(key)
+    return known is not None and not known.read_only and key not in STATIC_HERE
+
+
 def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
     """Kafka's DynamicBrokerConfig.validate: keys that need a restart ("Cannot update these configs
     dynamically: Set(...)"), then each value as the key's type and validator would read it.
     Raises ConfigError; unknown keys pass (Kafka stores them for custom reconfigurables)."""
-    static_only = [key for key in props if key in BROKER_CONFIGS and BROKER_CONFIGS[key].read_only]
+    static_only = [key for key in props if key in BROKER_CONFIGS and not _dynamic_here(key)]
     if static_only:
         raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
     for key, value in props.items():
@@ -988,7 +997,7 @@ def _usable_dynamic(props: Mapping[str, str]) -> dict[str, str]:
     usable = {}
     for key, value in props.items():
         known = BROKER_CONFIGS.get(key)
-        if known is None or known.read_only:
+        if known is None or not _dynamic_here(key):
             continue
         try:
             known.parse(value)

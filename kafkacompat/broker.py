@@ -17,6 +17,7 @@ import trio
 
 from kafkacompat.controller.producer_ids import FileBlockStore, MetadataStoreBlocks, ProducerIdManager
 from kafkacompat.controller.topics import TopicRegistry
+from kafkacompat.fetch_sessions import FetchSessionCache
 from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.groups.offsets_log import OffsetsTopicLog
 from kafkacompat.groups.storage import OFFSETS_TOPIC
@@ -140,13 +141,18 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir)
+                                      self.producer_ids, self.data_dir, _fetch_sessions(self.config))
         return self._services
 
     async def dispatch(
         self, header: RequestHeader, body: memoryview, connection: "Connection | None"
     ) -> list[Chunk] | None:
         return await dispatch(self._services or self.services(), header, body, connection)
+
+
+def _fetch_sessions(config: "BrokerConfig") -> FetchSessionCache:
+    return FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                             config.min_incremental_fetch_session_eviction_ms)
 
 
 def _zookeeper_store(config: "BrokerConfig") -> "MetadataStore":

@@ -543,7 +543,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("fetch.max.bytes", _INT, "57671680", MEDIUM, "Max bytes returned for one fetch request.", at_least(1024),
             applied=False),
     _broker("max.incremental.fetch.session.cache.slots", _INT, "1000", MEDIUM,
-            "Max incremental fetch sessions kept.", at_least(0), applied=False),
+            "Max incremental fetch sessions kept.", at_least(0)),
+    _broker("min.incremental.fetch.session.eviction.ms", _INT, "120000", MEDIUM,
+            "How long a fetch session is kept before a new one may evict it (an unused one for this long "
+            "goes first).", at_least(0)),
     _broker("auto.leader.rebalance.enable", _BOOL, "true", HIGH, "Move leadership back to preferred replicas."),
     _broker("leader.imbalance.per.broker.percentage", _INT, "10", HIGH,
             "Leader imbalance per broker (percent) that triggers a rebalance."),

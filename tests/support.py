@@ -17,6 +17,7 @@ from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManage
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.topics import TopicInfo, topic_collision
 from kafkacompat.dispatch import dispatch
+from kafkacompat.fetch_sessions import FetchSessionCache
 from kafkacompat.groups.coordinator import GroupCoordinator
 from kafkacompat.groups.offsets_log import OffsetsTopicLog
 from kafkacompat.handlers.produce import handle_produce
@@ -164,7 +165,9 @@ class ReplicaNode:
         self.metadata = NodeMetadata(self.node_id, self.topics, controller)
         groups = GroupCoordinator(config, OffsetsTopicLog(self.topics, self.replicas, create=None), clustered=True)
         self._services = Services(config, self.metadata, None, self.replicas, groups,  # type: ignore[arg-type]
-                                  ProducerIdManager(self.node_id, FileBlockStore(self.data_dir)), self.data_dir)
+                                  ProducerIdManager(self.node_id, FileBlockStore(self.data_dir)), self.data_dir,
+                                  FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                                    config.min_incremental_fetch_session_eviction_ms))
 
     def services(self) -> Services:
         return self._services

@@ -1,8 +1,9 @@
 """Fetch: whole batches from the log as file regions (sent with sendfile), long-poll woken by new
 data, Kafka's byte limits (KIP-74: the first batch goes out even when it is larger).
 
-Sessionless: a client asking for a new fetch session gets session id 0 ("none created") and
-keeps sending full requests, which every client supports.
+Fetch sessions (KIP-227, kafkacompat/fetch_sessions.py): a v7+ fetch opens, continues or closes
+a session; an incremental one reads every partition of its session and answers only those with
+something new.
 
 Fetch v0-3 (old consumers) read the same batches, then get them down-converted to the legacy
 message format their version can carry (magic 0 for v0-1, magic 1 for v2-3; wire/downconvert.py),
@@ -72,15 +73,25 @@ def _encode(response: FetchResponseData, version: int):
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
     if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
         return await _handle_old_fetch(request, ctx)
-    if request.session_id != 0:
-        return FetchResponseData([], ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    session = ctx.fetch_sessions.new_context(ctx.version, request, _topic_name(ctx))
+    if session.error:
+        return FetchResponseData([], session.error)
+    request.topics = session.topics
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
-            return FetchResponseData(topics, node_endpoints=_leader_endpoints(ctx, topics))
+            error, session_id, topics = session.respond(topics)
+            return FetchResponseData(topics, error, session_id, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
         _close_records(topics)
+
+
+def _topic_name(ctx: RequestContext):
+    def name(topic_id) -> str | None:
+        topic = ctx.metadata.topic_by_id(topic_id)
+        return topic.name if topic is not None else None
+    return name
 
 
 async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.producer_ids import ProducerIdManager
+    from kafkacompat.fetch_sessions import FetchSessionCache
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
@@ -40,6 +41,7 @@ class Services:
     groups: "GroupCoordinator"
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
+    fetch_sessions: "FetchSessionCache"
 
 
 @dataclass(slots=True)
@@ -71,6 +73,10 @@ class RequestContext:
     @property
     def producer_ids(self) -> "ProducerIdManager":
         return self.services.producer_ids
+
+    @property
+    def fetch_sessions(self) -> "FetchSessionCache":
+        return self.services.fetch_sessions
 
     @property
     def version(self) -> int:

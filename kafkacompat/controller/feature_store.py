@@ -15,7 +15,7 @@ from kafkacompat import features
 from kafkacompat.controller.store import BadVersionError, NodeExistsError, encode_json
 
 if TYPE_CHECKING:
-    from kafkacompat.controller.store import MetadataStore, Watch
+    from kafkacompat.controller.store import MetadataStore
 
 FEATURE_PATH = "/feature"
 FEATURE_ZNODE_VERSION = 2
@@ -29,7 +29,7 @@ class FeatureLevelConflict(Exception):
 class FinalizedFeatureStore:
     def __init__(self, store: "MetadataStore") -> None:
         self.store = store
-        self._watch: "Watch | None" = None
+        self._watching = False
         self._stale = True
         self._node_version = -1  # -1: no node
 
@@ -39,8 +39,13 @@ class FinalizedFeatureStore:
     async def refresh(self) -> None:
         """Bring the feature table's finalized levels up to date with the store (a read only
         when the node changed since the last one)."""
-        if self._watch is None:
-            self._watch = await self.store.watch(FEATURE_PATH, self._changed)
+        if not self._watching:
+            self._watching = True  # before the await: concurrent first requests register one watch
+            try:
+                await self.store.watch(FEATURE_PATH, self._changed)
+            except BaseException:
+                self._watching = False
+                raise
         if not self._stale:
             return
         self._stale = False  # before the read: a change during it marks the levels stale again

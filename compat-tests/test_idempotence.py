@@ -195,6 +195,8 @@ def test_init_producer_id_versions(broker, version):
 
 
 def test_init_producer_id_rules(broker):
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
     with RawConnection(broker.bootstrap) as conn:
         given = init_producer_id(conn, 4)
         # KIP-360 fields on a non-transactional request: Kafka hands out a fresh id
@@ -202,9 +204,12 @@ def test_init_producer_id_rules(broker):
         assert (again.error_code, again.producer_epoch) == (0, 0) and again.producer_id != given.producer_id
         assert init_producer_id(conn, 4, producer_id=given.producer_id).error_code == 42  # INVALID_REQUEST
         assert init_producer_id(conn, 4, transactional_id="").error_code == 42
+        # Before any FindCoordinator created __transaction_state there is no coordinator yet
+        assert init_producer_id(conn, 4, transactional_id="orders-txn").error_code == 15  # COORDINATOR_NOT_AVAILABLE
+        find = conn.call(FindCoordinatorRequest(key="orders-txn", key_type=1), FindCoordinatorResponse, 3)
+        assert find.error_code == 0
         txn = init_producer_id(conn, 4, transactional_id="orders-txn")
-        assert (txn.error_code, txn.producer_id) == (15, -1)  # COORDINATOR_NOT_AVAILABLE: no transactions yet
-    broker.wait_for_output("transactions are not supported")
+        assert (txn.error_code, txn.producer_epoch) == (0, 0) and txn.producer_id >= 0
 
 
 def test_producer_ids_survive_a_restart(broker):

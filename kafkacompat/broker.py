@@ -1,6 +1,6 @@
 """The composition root: builds the broker's services (replication/manager.py's ReplicaManager,
-the metadata view and admin operations of a single node or a cluster member, the group
-coordinator, producer ids), opens the data dir, joins the cluster before the listener accepts,
+the metadata view and admin operations of a single node or a cluster member, the group and
+transaction coordinators, producer ids), opens the data dir, joins the cluster before the listener accepts,
 and closes everything in order."""
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.replication.manager import ReplicaManager
+from kafkacompat.transactions.channel import BrokerChannel
+from kafkacompat.transactions.coordinator import TransactionCoordinator
+from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
+from kafkacompat.transactions.markers import TxnMarkerWriter
+from kafkacompat.transactions.verifier import CoordinatorVerifier
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -58,6 +63,8 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self.replicas.add_txn_marker_listener(self.groups)
+        self._build_transaction_coordinator()
         self._services = None
 
     def _build_single_node(self) -> None:
@@ -98,6 +105,23 @@ class Broker:
 
         return OffsetsTopicLog(self.replicas.topics, self.replicas, create=create)
 
+    def _build_transaction_coordinator(self) -> None:
+        config = self.config
+        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms)
+        create = None
+        if not self.clustered:
+            def create():
+                return self.admin.create_topic_now(
+                    TRANSACTION_STATE_TOPIC, config.transaction_state_log_num_partitions,
+                    min(config.transaction_state_log_replication_factor, 1), self.transactions.topic_configs(1))
+
+        state_log = OffsetsTopicLog(self.replicas.topics, self.replicas, create=create, name=TRANSACTION_STATE_TOPIC)
+        self.transactions = TransactionCoordinator(config, state_log, self.producer_ids,
+                                                   TxnMarkerWriter(self.metadata, self.replicas, channel),
+                                                   clustered=self.clustered)
+        self.replicas.add_leadership_listener(self.transactions)
+        self.txn_verifier = CoordinatorVerifier(self.transactions, self.metadata, channel)
+
     # ---- lifecycle -------------------------------------------------------------------------
 
     @property
@@ -117,6 +141,7 @@ class Broker:
             self.replicas.open_partitions(topic, range(topic.partitions), lead=True)
         self.replicas.warn_about_stray_logs()
         self.groups.load()
+        self.transactions.load()
 
     def close(self) -> None:
         self.logs.close()
@@ -141,7 +166,8 @@ class Broker:
             from kafkacompat.handlers.registry import Services
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
-                                      self.producer_ids, self.data_dir, _fetch_sessions(self.config))
+                                      self.producer_ids, self.data_dir, _fetch_sessions(self.config),
+                                      txn_verifier=self.txn_verifier, transactions=self.transactions)
         return self._services
 
     async def dispatch(
@@ -185,6 +211,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
+            nursery.start_soon(broker.transactions.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()

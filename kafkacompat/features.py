@@ -29,6 +29,11 @@ LATEST_METADATA_VERSION = 29
 FEATURES: dict[str, Feature] = {
     METADATA_VERSION: Feature(METADATA_VERSION, MINIMUM_METADATA_VERSION, LATEST_METADATA_VERSION,
                               LATEST_METADATA_VERSION),
+    # KIP-890 part 2, finalized at 2 as on a Kafka 4.x cluster: a client that reads it sends
+    # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
+    # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without
+    # AddOffsetsToTxn. Clients that ignore it keep transaction version 1.
+    "transaction.version": Feature("transaction.version", 0, 2, 2),
 }
 
 # Bumped whenever a finalized level changes; -1 while nothing is finalized (Kafka's "unknown").

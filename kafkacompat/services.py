@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from kafkacompat.controller.broker_config_store import BrokerConfigStore
     from kafkacompat.controller.client_quotas import ClientQuotaStore
     from kafkacompat.controller.feature_store import FinalizedFeatureStore
+    from kafkacompat.controller.reassignment import Reassignment
     from kafkacompat.controller.state import BrokerInfo, PartitionState
     from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.replication.partition import Partition
@@ -65,6 +66,13 @@ class AdminOps(Protocol):
     async def elect_leaders(self, election_type: int, partitions: list[tuple[str, int]] | None
                             ) -> dict[tuple[str, int], tuple[int, str | None]]: ...
 
+    async def alter_partition_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> dict[tuple[str, int], tuple[int, str | None]]: ...
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], "Reassignment"]: ...
+
     async def refresh(self) -> None: ...
 
     def quota_store(self) -> "ClientQuotaStore": ...
@@ -113,3 +121,31 @@ class OffsetsLog(Protocol):
 
     def hosts(self, topic: str, index: int) -> bool: ...
 
+
+
+class TransactionVerifier(Protocol):
+    """KIP-890 verification: the partition leader asks the transaction coordinator before it
+    appends a transactional batch that would start a transaction on a partition (Kafka's
+    AddPartitionsToTxn v4+ from a broker). ``verify_only``: only check the partitions are in the
+    producer's ongoing transaction (transaction version 0/1); False: add them (version 2).
+    Returns an error code per partition (0: go ahead; else Kafka's AddPartitionsToTxn error,
+    e.g. INVALID_TXN_STATE, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, NOT_COORDINATOR)."""
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]], verify_only: bool) -> dict[tuple[str, int], int]: ...
+
+
+class AcceptingTransactionVerifier:
+    """The verifier until a transaction coordinator is wired in: every partition is accepted."""
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: list[tuple[str, int]], verify_only: bool) -> dict[tuple[str, int], int]:
+        return {partition: 0 for partition in partitions}
+
+
+class TransactionMarkerListener(Protocol):
+    """Told by the replica manager after COMMIT/ABORT markers of a producer were written and
+    replicated on these partitions (Kafka's groupCoordinator.onTransactionCompleted for
+    __consumer_offsets partitions: pending transactional offsets become visible or go)."""
+
+    def on_txn_markers_written(self, producer_id: int, partitions: list[tuple[str, int]], committed: bool) -> None: ...

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
+from kafkacompat.controller.reassignment import Reassignment, invalid_target
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreWriteError
 from kafkacompat.controller.topics import TopicInfo, TopicRegistry, validate_topic_name
@@ -159,6 +160,25 @@ class LocalAdmin:
         return {key: ((ErrorCode.ELECTION_NOT_NEEDED, ELECTION_NOT_NEEDED_MESSAGE)
                       if self.replicas.partition(*key) is not None else (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None))
                 for key in wanted}
+
+    async def alter_partition_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """One broker: a partition can only be "moved" to where it is; nothing is ever moving."""
+        results: dict[tuple[str, int], tuple[int, str | None]] = {}
+        for key, target in wanted.items():
+            if self.replicas.partition(*key) is None:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+            elif target is None:
+                results[key] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, "No reassignment is in progress for this partition.")
+            else:
+                why = invalid_target(list(target), {self.replicas.node_id}, 1, allow_replication_factor_change)
+                results[key] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, why) if why else (ErrorCode.NONE, None)
+        return results
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], Reassignment]:
+        return {}
 
     async def refresh(self) -> None:
         pass

@@ -676,13 +676,13 @@ def test_settings_without_effect_are_the_non_default_ones_the_table_marks() -> N
 
 
 def test_one_start_up_warning_names_them(caplog: pytest.LogCaptureFixture) -> None:
-    config = BrokerConfig.load(None, {"num.io.threads": "16", "transaction.max.timeout.ms": "60000"})
+    config = BrokerConfig.load(None, {"num.io.threads": "16", "num.replica.fetchers": "2"})
     with caplog.at_level(logging.WARNING, logger="kafkacompat.config"):
         config.warn_about_settings_without_effect()
         BrokerConfig.load().warn_about_settings_without_effect()
     assert [record.getMessage() for record in caplog.records] == [
         "These settings are accepted for compatibility but have no effect in kafkacompat: "
-        "num.io.threads=16, transaction.max.timeout.ms=60000"
+        "num.io.threads=16, num.replica.fetchers=2"
     ]
 
 

@@ -343,7 +343,7 @@ def test_compacted_topics_reject_records_without_a_key():
     assert "Compacted topic cannot accept message without key in topic partition t-0." in raised.value.message
 
 
-def test_transactional_batches_are_kept_whole_and_not_mapped(tmp_path):
+def test_an_open_transaction_stops_the_cleaner(tmp_path):
     log = open_log(tmp_path)
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=True, producer_id=9,
                                         producer_epoch=0, base_sequence=0, batch_size=1 << 20)
@@ -354,9 +354,8 @@ def test_transactional_batches_are_kept_whole_and_not_mapped(tmp_path):
     append(log, [(b"k", b"plain")])
     log.roll()
     append(log, [(b"z", b"active")])
+    assert log_to_clean(log, None, T0 + HOUR).first_uncleanable_offset == 0  # Kafka stops at the LSO
     clean(cleaner_for(tmp_path, log), log, T0 + HOUR)
-    # Without a transaction index the cleaner cannot tell committed from aborted: it keeps the
-    # transactional batch, and its key does not remove older plain records either.
     assert [(offset, value) for offset, _, value, _ in records(log)] == [(0, b"in-txn"), (1, b"plain"), (2, b"active")]
 
 
@@ -406,3 +405,32 @@ def test_a_clean_whose_segments_change_underneath_is_abandoned_and_retried(tmp_p
     # The broker's task logs it and tries again next time; the partition is not marked uncleanable.
     assert trio.run(cleaner.run_once, T0 + 2 * DAY)
     assert not cleaner.uncleanable and cleaner.checkpoints[("t", 0)] == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage in the middle", "a flipped byte"])
+def test_a_damaged_segment_is_never_compacted_over(tmp_path, damage, caplog):
+    """Kafka's cleaner stops at a CorruptRecordException and marks the partition uncleanable; it
+    must not take the damage for the segment's end and drop the batches behind it."""
+    import trio
+
+    log = open_log(tmp_path)
+    for round_ in range(3):
+        for key in (b"a", b"b"):
+            append(log, [(key, b"%s-%d" % (key, round_))], timestamp=T0 + round_)
+    log.roll()
+    append(log, [(b"a", b"active")])
+    first = Path(log.segments()[0].log_path)
+    data = bytearray(first.read_bytes())
+    batch = next(iter_batches(data))
+    if damage == "a flipped byte":
+        data[batch.size + 70] ^= 0xFF  # inside the second batch's records: its CRC no longer matches
+    else:
+        data[batch.size:batch.size + 12] = b"\xff" * 12  # the second batch's offset and length
+    first.write_bytes(bytes(data))
+    cleaner = cleaner_for(tmp_path, log)
+
+    assert trio.run(cleaner.run_once, T0 + HOUR)
+    assert ("t", 0) in cleaner.uncleanable
+    assert first.read_bytes() == bytes(data)  # left exactly as it was
+    assert "marked uncleanable" in caplog.text and "t-0" in caplog.text
+    assert not trio.run(cleaner.run_once, T0 + HOUR)  # and not tried again

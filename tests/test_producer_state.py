@@ -172,9 +172,10 @@ def test_a_batch_spanning_the_wrap_and_its_retry(log):
     assert decrement_sequence(1, 3) == INT32_MAX - 1
 
 
-def test_transactional_batches_are_refused_until_transactions_exist(log):
-    assert produce_error(log, idem_batch(PID, 0, 0, attributes=0x10)) == ErrorCode.INVALID_TXN_STATE
-    assert log.producer_state.producers == {}
+def test_a_plain_batch_inside_an_open_transaction_is_refused(log):
+    produce(log, idem_batch(PID, 0, 0, attributes=0x10))
+    assert log.producer_state.ongoing == {PID: 0}
+    assert produce_error(log, idem_batch(PID, 0, 3)) == ErrorCode.INVALID_TXN_STATE
 
 
 def test_non_idempotent_batches_leave_no_state(log):
@@ -306,8 +307,9 @@ def test_unclean_restart_replays_headers_after_the_latest_snapshot(tmp_path):
     log = reopen(directory, SMALL_SEGMENTS)
     fill_two_producers(log, 7)  # 14 batches, offsets 0..41; rolls at 12, 24, 36
     before = state_of(log)
-    # no close(): a crash. The latest snapshot is at 36; the two batches after it are replayed.
-    crashed = reopen(directory, SMALL_SEGMENTS, recovery_point=0)
+    # no close(): a crash after the last roll. The latest snapshot is at 36; the two batches after
+    # it are replayed.
+    crashed = reopen(directory, SMALL_SEGMENTS, recovery_point=36)
     assert state_of(crashed) == before
     # every batch written after the snapshot is known again, so the in-flight retries of both
     # producers are duplicates
@@ -355,7 +357,9 @@ def test_a_corrupt_snapshot_falls_back_to_an_older_one(tmp_path, caplog):
     before = state_of(log)
     latest = directory / snapshots(directory)[-1]
     latest.write_bytes(latest.read_bytes()[:-1] + b"\x00")
-    rebuilt = reopen(directory, SMALL_SEGMENTS, recovery_point=0)
+    # a crash after the last roll (recovery from 36 on; recovery from 0 would rebuild the state
+    # from the start of the log without reading any snapshot, as Kafka's recoverSegment)
+    rebuilt = reopen(directory, SMALL_SEGMENTS, recovery_point=36)
     assert state_of(rebuilt) == before
     assert latest.name in caplog.text
     rebuilt.close()

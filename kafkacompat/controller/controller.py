@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, TypeVar
 
 import trio
 
+from kafkacompat.controller import reassignment
+from kafkacompat.controller.reassignment import Reassignment
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import (
     BadVersionError,
@@ -154,6 +156,7 @@ class TopicRecord:
     topic_id: uuid.UUID
     assignment: dict[int, tuple[int, ...]]
     configs: dict[str, str] = field(default_factory=dict)
+    reassigning: dict[int, Reassignment] = field(default_factory=dict)  # partitions being moved
 
 
 @dataclass
@@ -230,7 +233,8 @@ def _topic_record(name: str, topic: dict, configs: dict[str, str]) -> TopicRecor
         raise MalformedNodeError("'partitions' is not an object")
     assignment = {int(p): tuple(int(r) for r in replicas) for p, replicas in partitions.items()}
     topic_id = decode_topic_id(topic["topic_id"]) if topic.get("topic_id") else uuid.UUID(int=0)
-    return TopicRecord(name, topic_id, assignment, configs)
+    moving = {p: r for p in assignment if (r := reassignment.ongoing(topic, p)) is not None}
+    return TopicRecord(name, topic_id, assignment, configs, moving)
 
 
 def _checked_state(data: dict) -> dict:
@@ -772,12 +776,40 @@ class ClusterMember:
                 state = view.state(name, partition)
                 assert state is not None
                 decision = decide_state(state, alive, view.shutting_down, self._unclean_allowed(record))
-                if decision is None:
-                    continue
-                leader, isr = decision
-                if await self._write_state(state, raw[0], leader, isr):
-                    changed = True
+                if decision is not None:
+                    leader, isr = decision
+                    if await self._write_state(state, raw[0], leader, isr):
+                        changed = True
+                elif partition in record.reassigning:
+                    changed |= await self._advance_reassignment(state, raw[0], record.reassigning[partition],
+                                                                alive - view.shutting_down)
         return changed
+
+    async def _advance_reassignment(self, state: PartitionState, raw: dict, moving: Reassignment,
+                                    eligible: set[int]) -> bool:
+        """Finish a reassignment whose target replicas have all joined the ISR: leadership into the
+        target, then the replica list shrunk to it (Kafka's phase B)."""
+        decision = reassignment.next_leadership(moving, state.leader, state.isr, eligible)
+        if decision is None:
+            return False
+        leader, isr = decision
+        if (leader, isr) != (state.leader, list(state.isr)):
+            if not await self._write_state(state, raw, leader, isr):
+                return False
+        found = await self.store.get_json(topic_path(state.topic))
+        if found is None:
+            return False
+        data, version = found
+        reassignment.complete(data, state.partition)
+        try:
+            await self.store.multi(self._fence([Op.set(topic_path(state.topic), encode_json(data), version)]))
+        except (BadVersionError, NoNodeError):
+            await self._check_fenced()
+            self._nudge.set()
+            return False
+        log.info("%s-%d: reassignment to %s completed (leader %d)", state.topic, state.partition,
+                 list(moving.target), leader)
+        return True
 
     async def _write_state(self, state: PartitionState, raw: dict, leader: int, isr: list[int]) -> bool:
         epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
@@ -1041,6 +1073,49 @@ class ClusterMember:
         await self.refresh()
         return results
 
+    @_answered_as_kafka_error("reassigning partitions")
+    async def alter_partition_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        """AlterPartitionReassignments: a target replica list starts (or replaces) a move, None
+        cancels one; per partition (error code, message). Recorded in the topic nodes by
+        compare-and-set; the controller then drives each move to its end."""
+        await self.refresh()
+        results: dict[tuple[str, int], tuple[int, str | None]] = {}
+        by_topic: dict[str, dict[int, list[int] | None]] = {}
+        for (topic, partition), target in wanted.items():
+            by_topic.setdefault(topic, {})[partition] = target
+        brokers = set(self.cache.brokers)
+        for topic, partitions in sorted(by_topic.items()):
+            for _ in range(5):  # compare-and-set on the topic node; a concurrent change retries
+                found = await self.store.get_json(topic_path(topic))
+                if found is None or topic in self.view.deleting:
+                    results.update({(topic, p): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None) for p in partitions})
+                    break
+                data, version = found
+                outcome = {p: _reassign_one(data, p, target, brokers, allow_replication_factor_change)
+                           for p, target in partitions.items()}
+                try:
+                    await self.store.set(topic_path(topic), encode_json(data), version)
+                except BadVersionError:
+                    continue
+                results.update({(topic, p): r for p, r in outcome.items()})
+                break
+            else:
+                results.update({(topic, p): (ErrorCode.REQUEST_TIMED_OUT, "The topic kept changing; retry.")
+                                for p in partitions})
+        self._nudge.set()
+        await self.refresh()
+        return results
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], Reassignment]:
+        """The partitions being moved (of those asked, or all): replicas, adding, removing."""
+        moving = {(name, p): r for name, record in self.view.topics.items() for p, r in record.reassigning.items()}
+        if partitions is None:
+            return moving
+        return {key: moving[key] for key in partitions if key in moving}
+
     async def controlled_shutdown(self, *, max_retries: int = 3, retry_backoff: float = 5.0,
                                   timeout: float = 30.0) -> bool:
         """Move leadership away before stopping (Kafka's KafkaServer.controlledShutdown): up to
@@ -1085,3 +1160,23 @@ class ClusterMember:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+def _reassign_one(data: dict, partition: int, target: list[int] | None, brokers: set[int],
+                  allow_replication_factor_change: bool) -> tuple[int, str | None]:
+    """Apply one partition's request to the topic node (in place): (error code, message)."""
+    current = data.get("partitions", {}).get(str(partition))
+    if current is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+    if target is None:
+        code = reassignment.cancel(data, partition)
+        return code, None if code == ErrorCode.NONE else "No reassignment is in progress for this partition."
+    moving = reassignment.ongoing(data, partition)
+    size = len(moving.origin) if moving else len(current)
+    why = reassignment.invalid_target(list(target), brokers, size, allow_replication_factor_change)
+    if why is not None:
+        return ErrorCode.INVALID_REPLICA_ASSIGNMENT, why
+    if moving is None and list(target) == [int(r) for r in current]:
+        return ErrorCode.NONE, None  # already there
+    reassignment.start(data, partition, list(target))
+    return ErrorCode.NONE, None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
+from kafkacompat.controller.reassignment import Reassignment
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreError
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
@@ -121,6 +122,19 @@ class ClusterAdmin:
             return await self.member.elect_leaders(election_type, partitions)
         except StoreError as exc:
             raise _store_failure("Electing leaders", exc) from None
+
+    async def alter_partition_reassignments(self, wanted: dict[tuple[str, int], list[int] | None], *,
+                                            allow_replication_factor_change: bool = True
+                                            ) -> dict[tuple[str, int], tuple[int, str | None]]:
+        try:
+            return await self.member.alter_partition_reassignments(
+                wanted, allow_replication_factor_change=allow_replication_factor_change)
+        except StoreError as exc:
+            raise _store_failure("Reassigning partitions", exc) from None
+
+    def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
+                                     ) -> dict[tuple[str, int], Reassignment]:
+        return self.member.list_partition_reassignments(partitions)
 
     async def refresh(self) -> None:
         try:

@@ -38,6 +38,7 @@ from kafkacompat.groups.state import (
     Waiter,
 )
 from kafkacompat.groups.storage import OFFSETS_TOPIC, OffsetCommitValue
+from kafkacompat.groups.txn_offsets import PendingTxnOffsets
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -206,6 +207,7 @@ class GroupCoordinator:
         self.loading = False
         self.wall_clock = wall_clock or (lambda: int(time.time() * 1000))
         self._timers = _Timers()
+        self.txn_offsets = PendingTxnOffsets()
         # In a cluster: the __consumer_offsets partitions this broker leads (their groups are
         # loaded here); None on a single node, which coordinates every group.
         # A cluster member owns none until the controller makes it a leader (NOT_COORDINATOR until
@@ -289,7 +291,8 @@ class GroupCoordinator:
         count = topic.partitions if topic is not None else self.config.offsets_topic_num_partitions
         return storage.partition_for(group_id, count)
 
-    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], *, acks_all: bool = False):
+    def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], *, acks_all: bool = False,
+                transactional_producer: tuple[int, int] | None = None):
         """Write records for a group to its __consumer_offsets partition; raises on failure.
         Returns (partition, offset after the batch, leader epoch) for `Partition.wait_replicated`.
         ``acks_all``: the caller waits for the ISR, so min.insync.replicas is checked first (as
@@ -305,7 +308,8 @@ class GroupCoordinator:
         partition.check_leader()
         if acks_all:
             partition.check_enough_replicas()
-        batch = storage.build_batch(records, self.wall_clock(), self.config.offsets_topic_compression_codec)
+        batch = storage.build_batch(records, self.wall_clock(), self.config.offsets_topic_compression_codec,
+                                    transactional_producer=transactional_producer)
         view = memoryview(batch)
         headers = validate_batches(view, partition.log.config.max_message_bytes)
         info = partition.append(view, headers)
@@ -391,6 +395,8 @@ class GroupCoordinator:
     def _load_partition(self, partition) -> None:
         metadata: dict[str, storage.GroupMetadataValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+        # Offsets of transactions without a marker yet: producer id -> group -> partition -> value.
+        pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
         position = partition.log_start_offset
         end = partition.log_end_offset  # as Kafka: a new leader loads to its log end
         chunk = max(self.config.offsets_load_buffer_size, 1)
@@ -403,12 +409,20 @@ class GroupCoordinator:
             if not data:
                 break
             last = position
-            for offset, key, value in storage.iter_batch_records(data):
+            for record in storage.iter_loaded_records(data):
+                offset, key, value = record.offset, record.key, record.value
                 last = offset
+                if record.marker is not None:
+                    self._load_txn_marker(pending_txn, offsets, record.txn_producer_id, record.marker)
+                    continue
                 if key is None:
                     continue
                 decoded = storage.decode_key(key)
-                if isinstance(decoded, storage.OffsetKey):
+                if isinstance(decoded, storage.OffsetKey) and record.txn_producer_id >= 0:
+                    if value is not None:
+                        pending_txn.setdefault(record.txn_producer_id, {}).setdefault(decoded.group, {})[
+                            (decoded.topic, decoded.partition)] = storage.decode_offset_value(value)
+                elif isinstance(decoded, storage.OffsetKey):
                     group_offsets = offsets.setdefault(decoded.group, {})
                     tp = (decoded.topic, decoded.partition)
                     if value is None:
@@ -434,6 +448,16 @@ class GroupCoordinator:
                 group = self.groups[group_id] = Group(group_id, self.wall_clock())
                 group.state_timestamp = None
             group.offsets.update(group_offsets)
+        end_position = partition.log_end_offset
+        for producer_id, groups in pending_txn.items():
+            for group_id, values in groups.items():
+                self.txn_offsets.add(producer_id, group_id, list(values.items()), end_position)
+
+    @staticmethod
+    def _load_txn_marker(pending_txn, offsets, producer_id: int, committed: bool) -> None:
+        for group_id, values in pending_txn.pop(producer_id, {}).items():
+            if committed:
+                offsets.setdefault(group_id, {}).update(values)
 
     def _group_from_record(self, group_id: str, value: storage.GroupMetadataValue) -> Group:
         group = Group(group_id, value.current_state_timestamp, STABLE if value.members else EMPTY)
@@ -499,8 +523,10 @@ class GroupCoordinator:
         if topic != OFFSETS_TOPIC or self.owned_partitions is None or index not in self.owned_partitions:
             return
         self.owned_partitions.discard(index)
-        for group_id in [g for g in self.groups if self.partition_for(g) == index]:
+        moved = [g for g in self.groups if self.partition_for(g) == index]
+        for group_id in moved:
             self._unload(self.groups.pop(group_id))
+        self.txn_offsets.drop_groups(set(moved))
         log.info("No longer coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
 
     def _unload(self, group: Group) -> None:
@@ -1137,13 +1163,102 @@ class GroupCoordinator:
         for topic, indexes in topics:
             for index in indexes:
                 value = offsets.get((topic, index))
-                if require_stable and group is not None and group.has_pending_commit((topic, index)):
+                if require_stable and ((group is not None and group.has_pending_commit((topic, index)))
+                                       or self.txn_offsets.has_pending(group_id, (topic, index))):
                     result.append(FetchedOffset(topic, index, error=ErrorCode.UNSTABLE_OFFSET_COMMIT))
                 elif value is None:
                     result.append(FetchedOffset(topic, index))
                 else:
                     result.append(FetchedOffset(topic, index, value.offset, value.leader_epoch, value.metadata))
         return ErrorCode.NONE, result
+
+    # ---- offsets inside transactions (TxnOffsetCommit) --------------------------------------------
+
+    def _validate_txn_offset_commit(self, group: Group, member_id: str, instance_id: str | None,
+                                    generation_id: int) -> int:
+        """Kafka's doTxnCommitOffsets: a Dead group, a fenced static member, an unknown member or
+        (with a generation given) a stale generation are refused."""
+        if group.is_in(DEAD):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if instance_id is not None:
+            known = group.static_members.get(instance_id)
+            if known is not None and known != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id and member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
+    async def txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int, generation_id: int,
+                                 member_id: str, instance_id: str | None,
+                                 partitions: list[CommitPartition]) -> list[int]:
+        """TxnOffsetCommit: the offsets are written to __consumer_offsets as a transactional batch of
+        the producer (acks=-1) and become the group's when the transaction's COMMIT marker is
+        written there (``on_txn_markers_written``)."""
+        error = self._check_group_id(group_id)
+        group = self.groups.get(group_id) if not error else None
+        if not error and group is not None:
+            error = self._validate_txn_offset_commit(group, member_id, instance_id, generation_id)
+        if error:
+            return [error] * len(partitions)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id, self.wall_clock())
+        now = self.wall_clock()
+        errors: list[int] = []
+        records: list[tuple[bytes, bytes | None]] = []
+        values: list[tuple[tuple[str, int], OffsetCommitValue]] = []
+        for p in partitions:
+            if not self.offsets.hosts(p.topic, p.partition):
+                errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if p.metadata is not None and len(p.metadata.encode("utf-8")) > self.config.offset_metadata_max_bytes:
+                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+                continue
+            value = OffsetCommitValue(p.offset, p.leader_epoch, p.metadata or "", now)
+            records.append((storage.offset_commit_key(group_id, p.topic, p.partition),
+                            storage.offset_commit_value(value)))
+            values.append(((p.topic, p.partition), value))
+            errors.append(ErrorCode.NONE)
+        if not records:
+            return errors
+        try:
+            partition, required_offset, leader_epoch = self._append(
+                group_id, records, acks_all=True, transactional_producer=(producer_id, producer_epoch))
+        except (KafkaError, OSError) as exc:
+            log.warning("Could not store the transactional offsets of group %s (producer %d): %s", group_id,
+                        producer_id, exc)
+            code = _commit_error(exc)
+            return [code if e == ErrorCode.NONE else e for e in errors]
+        # Pending from the append on: the marker may only come after this answer, but a read
+        # with require_stable must not see the older offsets as stable meanwhile.
+        self.txn_offsets.add(producer_id, group_id, values, required_offset)
+        code = await partition.wait_replicated(required_offset, leader_epoch, self.config.offsets_commit_timeout_ms)
+        if code:
+            log.warning("Transactional offsets of group %s were not replicated: %s", group_id, _error_name(code))
+            failed = _store_error_code(code)
+            return [failed if e == ErrorCode.NONE else e for e in errors]
+        return errors
+
+    def on_txn_markers_written(self, producer_id: int, partitions: list[tuple[str, int]], committed: bool) -> None:
+        """The replica manager wrote the producer's COMMIT/ABORT markers (Kafka's
+        onTransactionCompleted): its pending offsets of the groups on those __consumer_offsets
+        partitions are applied or dropped."""
+        indexes = {index for topic, index in partitions if topic == OFFSETS_TOPIC}
+        if not indexes:
+            return
+        for group_id in self.txn_offsets.groups_of(producer_id):
+            if self.partition_for(group_id) not in indexes:
+                continue
+            pending = self.txn_offsets.take(producer_id, group_id)
+            if not committed or not pending:
+                continue
+            group = self.groups.get(group_id)
+            if group is None:  # known only by its pending offsets (loaded so)
+                group = self.groups[group_id] = Group(group_id, self.wall_clock())
+                group.state_timestamp = None
+            for tp, (value, position) in pending.items():
+                group.apply_commits([(tp, value)], position)
 
     def delete_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> tuple[int, list[int]]:
         error = self._check_group_id(group_id)

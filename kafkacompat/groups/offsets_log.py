@@ -1,4 +1,5 @@
-"""__consumer_offsets as the group coordinator sees it (the OffsetsLog interface)."""
+"""__consumer_offsets as the group coordinator sees it (the OffsetsLog interface); the transaction
+coordinator sees __transaction_state the same way (``name``)."""
 
 from __future__ import annotations
 
@@ -18,23 +19,24 @@ class OffsetsTopicLog:
     created through the controller by FindCoordinator."""
 
     def __init__(self, topics: "TopicLookup", replicas: "ReplicaManager",
-                 create: "Callable[[], TopicInfo] | None") -> None:
+                 create: "Callable[[], TopicInfo] | None", name: str = OFFSETS_TOPIC) -> None:
+        self.name = name
         self.topics = topics
         self.replicas = replicas
         self.create = create
 
     def topic(self) -> "TopicInfo | None":
-        return self.topics.get(OFFSETS_TOPIC)
+        return self.topics.get(self.name)
 
     def partition(self, index: int):
-        return self.replicas.partition(OFFSETS_TOPIC, index)
+        return self.replicas.partition(self.name, index)
 
     def ensure_topic(self) -> "TopicInfo":
         topic = self.topic()
         if topic is not None:
             return topic
         if self.create is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{OFFSETS_TOPIC} does not exist yet")
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"{self.name} does not exist yet")
         return self.create()
 
     def hosts(self, topic: str, index: int) -> bool:

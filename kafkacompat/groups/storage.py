@@ -23,7 +23,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from kafkacompat.wire.records import iter_batches, iter_records, new_batch, record_value
+from kafkacompat.wire.records import iter_batches, iter_records, new_batch, read_txn_marker, record_value
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -268,9 +268,39 @@ def decode_group_value(data: bytes | memoryview) -> GroupMetadataValue:
 # ---- batches -------------------------------------------------------------------------------
 
 
-def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, compression: int = 0) -> bytearray:
-    """One RecordBatch v2 (offsets from 0; the log assigns the real ones)."""
-    return new_batch([(timestamp_ms, key, value) for key, value in records], compression)
+def build_batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int, compression: int = 0, *,
+                transactional_producer: tuple[int, int] | None = None) -> bytearray:
+    """One RecordBatch v2 (offsets from 0; the log assigns the real ones); a transactional batch
+    of ``transactional_producer`` (id, epoch) for TxnOffsetCommit."""
+    return new_batch([(timestamp_ms, key, value) for key, value in records], compression,
+                     transactional_producer=transactional_producer)
+
+
+@dataclass(slots=True)
+class LoadedRecord:
+    """A record of __consumer_offsets as loading sees it: ``txn_producer_id`` >= 0 for a record
+    committed inside a transaction; ``marker`` set (and key/value None) for a COMMIT (True) or
+    ABORT (False) marker of that producer."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    txn_producer_id: int = -1
+    marker: bool | None = None
+
+
+def iter_loaded_records(data: bytes) -> Iterator[LoadedRecord]:
+    """Every record of whole batches, transactional ones and markers told apart."""
+    for header in iter_batches(data):
+        producer_id = header.producer_id if header.is_transactional else -1
+        if header.is_control:
+            marker = read_txn_marker(data, header)
+            if marker is not None and producer_id >= 0:
+                yield LoadedRecord(header.last_offset, None, None, producer_id, marker.committed)
+            continue
+        for record in iter_records(data, header):
+            yield LoadedRecord(record.offset, None if record.key is None else bytes(record.key),
+                               record_value(record), producer_id)
 
 
 def iter_batch_records(data: bytes) -> Iterator[tuple[int, bytes | None, bytes | None]]:

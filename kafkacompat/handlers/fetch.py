@@ -242,6 +242,11 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
     if partition is None:
         if topic is None and use_ids:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        elif topic is not None and 0 <= wanted.partition < topic.partitions:
+            result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # Kafka: it exists, hosted elsewhere
+            state = ctx.metadata.partition_state(topic.name, wanted.partition)
+            if ctx.version >= 12 and state is not None and state.leader >= 0:
+                result.current_leader = (state.leader, state.leader_epoch)
         else:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         return result, None
@@ -263,9 +268,12 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
                 ctx.replicas.propose_isr(partition, expand)
         limit = max(0, min(wanted.partition_max_bytes, remaining))
         read = None
+        aborted = None
         if limit > 0 or min_one_batch:
             if replica_id >= 0:
                 read = partition.read_for_replica(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
+            elif request.isolation_level == READ_COMMITTED:
+                read, aborted = partition.read_committed(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
             else:
                 read = partition.read(wanted.fetch_offset, limit, min_one_batch=min_one_batch)
     except KafkaError as exc:
@@ -286,7 +294,7 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
     result.last_stable_offset = partition.last_stable_offset
     result.log_start_offset = partition.log_start_offset
     if request.isolation_level == READ_COMMITTED:
-        result.aborted_transactions = []
+        result.aborted_transactions = aborted or []
     if read is not None:
         result.records = read.chunks
         result.records_size = read.size

@@ -9,6 +9,7 @@ from kafkacompat.groups.coordinator import OFFSETS_TOPIC, JoinRequest
 from kafkacompat.groups.state import GroupState
 from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.handlers.transactions import find_transaction_coordinator
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode, KafkaError
 
@@ -85,10 +86,7 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int,
         return await _find_group_coordinator(ctx, key)
     if key_type != TRANSACTION_KEY_TYPE:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
-    me = ctx.metadata.brokers().get(ctx.metadata.node_id)
-    if me is None:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, me.broker_id, me.host, me.port
+    return await find_transaction_coordinator(ctx, key)
 
 
 @handles(FIND_COORDINATOR, 0, 6)

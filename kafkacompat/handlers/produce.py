@@ -1,6 +1,8 @@
 """Produce: validate each batch header and CRC, then its records as Kafka's LogValidator
 (wire/validation.py: one pass over the bytes, in C when built), check idempotent producers' epoch
-and sequence (log/producer_state.py), assign offsets in place, append. Batches are rebuilt only
+and sequence (log/producer_state.py), assign offsets in place, append. A transactional batch
+that would start a transaction on a partition is first verified with the transaction
+coordinator (KIP-890, ``_verify_transactions``). Batches are rebuilt only
 in the rare cases Kafka's LogValidator rebuilds them (``_reworked``): a topic whose
 compression.type is not the batch's codec, a topic with timestamp limits."""
 
@@ -27,8 +29,14 @@ from kafkacompat.wire.produce import (
 )
 from kafkacompat.wire.legacy import is_legacy, upconvert
 from kafkacompat.wire.records import (
+    ATTRIBUTES_OFFSET,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    MAGIC_OFFSET,
+    TRANSACTIONAL_FLAG,
     BatchHeader,
     iter_batches,
+    read_header,
     recompress_batch,
     require_record_keys,
     timestamp_errors,
@@ -66,12 +74,14 @@ def _encode(response: ProduceResponseData, version: int) -> bytes:
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
     waits: list[_Wait] = []
     flushes: list[_Flush] = []
+    refusals = await _verify_transactions(ctx, request) if _has_transactional_batch(request) else {}
     results = [
         ProduceTopicResult(topic.name, topic.topic_id, [
-            _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits, flushes)
-            for data in topic.partitions
+            _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits, flushes,
+                               refusals.get((t, p)) if refusals else None)
+            for p, data in enumerate(topic.partitions)
         ])
-        for topic in request.topics
+        for t, topic in enumerate(request.topics)
     ]
     if request.acks == 0:
         _close_if_failed(ctx, request, results)
@@ -158,12 +168,15 @@ def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) ->
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,
-                       data: ProducePartitionData, waits: list[_Wait], flushes: list[_Flush]) -> ProducePartitionResult:
+                       data: ProducePartitionData, waits: list[_Wait], flushes: list[_Flush],
+                       refusal: KafkaError | None) -> ProducePartitionResult:
     result = ProducePartitionResult(data.index)
     partition = None
     try:
         if request.acks not in VALID_ACKS:
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={request.acks} is not one of 0, 1, -1")
+        if refusal is not None:
+            raise refusal
         partition = _find_partition(ctx, name, topic_id, data.index)
         partition.check_leader()
         records = data.records if data.records is not None else memoryview(bytearray())
@@ -182,13 +195,15 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
                     waits.append(_Wait(partition, result, duplicate.last_offset + 1, partition.leader_epoch))
                 return _acknowledge_duplicate(partition, result, duplicate, name, ctx)
         info = partition.append(records, headers)
+        if headers[0].is_transactional:
+            partition.log.producer_state.verification_guards.pop(headers[0].producer_id, None)
     except KafkaError as exc:
         result.error_code = exc.code
         result.error_message = exc.message
         if isinstance(exc, RecordErrors):
             result.record_errors = exc.record_errors
-        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER and partition is not None and partition.leader_id >= 0:
-            result.current_leader = (partition.leader_id, partition.leader_epoch)
+        if exc.code == ErrorCode.NOT_LEADER_OR_FOLLOWER:
+            result.current_leader = _current_leader(ctx, partition, name, topic_id, data.index)
         log.debug("Produce to %s-%d from %s failed: %s", name, data.index, ctx.client_id, exc)
         return result
     except OSError as exc:
@@ -203,6 +218,125 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
     if request.acks == -1:
         waits.append(_Wait(partition, result, info.last_offset + 1, partition.leader_epoch))
     return result
+
+
+_ATTRIBUTES_LOW_BYTE = ATTRIBUTES_OFFSET + 1  # attributes are a big-endian int16
+
+# Coordinator answers a producer cannot act on, as Kafka's ReplicaManager translates them: retriable.
+_VERIFICATION_RETRIABLE = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                                     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
+
+
+def _first_header(records: memoryview | None) -> BatchHeader | None:
+    if records is None or len(records) < HEADER_SIZE or records[MAGIC_OFFSET] != CURRENT_MAGIC:
+        return None
+    return read_header(records)
+
+
+def _has_transactional_batch(request: ProduceRequestData) -> bool:
+    """Kafka's RequestUtils.hasTransactionalRecords: the first batch of some partition (one byte
+    of its attributes looked at)."""
+    for topic in request.topics:
+        for data in topic.partitions:
+            records = data.records
+            if (records is not None and len(records) >= HEADER_SIZE and records[MAGIC_OFFSET] == CURRENT_MAGIC
+                    and records[_ATTRIBUTES_LOW_BYTE] & TRANSACTIONAL_FLAG):
+                return True
+    return False
+
+
+async def _verify_transactions(ctx: RequestContext, request: ProduceRequestData) -> dict[tuple[int, int], KafkaError]:
+    """The refusals, by (topic, partition) position in the request, of transactional batches:
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED without a transactional id (Kafka's handleProduceRequest),
+    and for a batch that would start a transaction on its partition, what the transaction
+    coordinator answers when asked whether the partition is in the producer's transaction
+    (KIP-890; Produce v12+ clients let it add the partition: transaction version 2; older ones
+    only with transaction.partition.verification.enable, the default). A marker
+    written while the question is out ends the transaction, so the batch is then refused
+    (Kafka's verification guard)."""
+    refusals: dict[tuple[int, int], KafkaError] = {}
+    pending: list[tuple[tuple[int, int], "Partition", BatchHeader]] = []
+    verify = ctx.version >= 12 or ctx.config.transaction_partition_verification_enable
+    for t, topic in enumerate(request.topics):
+        for p, data in enumerate(topic.partitions):
+            header = _first_header(data.records)
+            if header is None or not header.is_transactional:
+                continue
+            if request.transactional_id is None:
+                refusals[(t, p)] = KafkaError(
+                    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "a transactional record batch came in a produce request without a transactional id")
+                continue
+            try:
+                partition = _find_partition(ctx, topic.name, topic.topic_id, data.index)
+            except KafkaError:
+                continue  # answered by the append path
+            if verify and partition.is_leader and partition.log.producer_state.needs_verification(
+                    header.producer_id, header.producer_epoch):
+                pending.append(((t, p), partition, header))
+    if pending:
+        await _ask_coordinator(ctx, request.transactional_id or "", pending, refusals, request.timeout_ms)
+    return refusals
+
+
+async def _ask_coordinator(ctx: RequestContext, transactional_id: str,
+                           pending: list[tuple[tuple[int, int], "Partition", BatchHeader]],
+                           refusals: dict[tuple[int, int], KafkaError], timeout_ms: int) -> None:
+    producers = {(header.producer_id, header.producer_epoch) for _, _, header in pending}
+    if len(producers) > 1:
+        for position, _, _ in pending:
+            refusals[position] = KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                                            "transactional records contained more than one producer id")
+        return
+    producer_id, producer_epoch = producers.pop()
+    guards = [(position, partition, partition.log.producer_state.verification_guards.setdefault(producer_id, object()))
+              for position, partition, _ in pending]
+    asked = [(partition.topic, partition.index) for _, partition, _ in pending]
+    answers = await _verifier_answers(ctx, transactional_id, producer_id, producer_epoch, asked, timeout_ms)
+    for position, partition, guard in guards:
+        code = _client_verification_error(answers.get((partition.topic, partition.index), ErrorCode.INVALID_TXN_STATE),
+                                          ctx.version)
+        state = partition.log.producer_state
+        if code == ErrorCode.NONE and state.verification_guards.get(producer_id) is not guard \
+                and state.needs_verification(producer_id, producer_epoch):
+            code = ErrorCode.INVALID_TXN_STATE  # a marker ended the transaction while we asked
+        if code == ErrorCode.INVALID_TXN_STATE:
+            refusals[position] = KafkaError(code, f"Partition {partition} was not added to the transaction "
+                                                  f"{transactional_id!r} of producer {producer_id}")
+        elif code in _VERIFICATION_RETRIABLE:
+            refusals[position] = KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS, "Unable to verify the partition has been added to the transaction. "
+                                               f"Underlying error: {ErrorCode(code).name}")
+        elif code != ErrorCode.NONE:
+            refusals[position] = KafkaError(code, f"the transaction coordinator answered {ErrorCode(code).name} for "
+                                                  f"{partition} in transaction {transactional_id!r}")
+
+
+async def _verifier_answers(ctx: RequestContext, transactional_id: str, producer_id: int, producer_epoch: int,
+                            partitions: list[tuple[str, int]], timeout_ms: int) -> dict[tuple[str, int], int]:
+    """The verifier's answers within the produce's timeout (REQUEST_TIMED_OUT after it); a
+    verifier that fails is logged and answered as an unavailable coordinator (retriable)."""
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        try:
+            return await ctx.services.txn_verifier.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, ctx.version < 12)
+        except Exception:
+            log.exception("Verifying %s in transaction %r of producer %d failed; the producer will retry",
+                          partitions, transactional_id, producer_id)
+            return {partition: ErrorCode.COORDINATOR_NOT_AVAILABLE for partition in partitions}
+    log.info("The transaction coordinator did not verify %s in transaction %r of producer %d within the "
+             "produce's timeout of %d ms", partitions, transactional_id, producer_id, timeout_ms)
+    return {partition: ErrorCode.REQUEST_TIMED_OUT for partition in partitions}
+
+
+def _client_verification_error(code: int, version: int) -> int:
+    """What the producer can handle (Kafka's AddPartitionsToTxnManager): INVALID_PRODUCER_EPOCH for
+    PRODUCER_FENCED; TRANSACTION_ABORTABLE only from Produce v11, INVALID_TXN_STATE before."""
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version <= 10:
+        return ErrorCode.INVALID_TXN_STATE
+    return code
 
 
 def _acknowledge_duplicate(partition, result: ProducePartitionResult, duplicate, name: str,
@@ -301,6 +435,15 @@ def _check_timestamps(records: memoryview, headers: list[BatchHeader], config: "
                            "One or more records have been rejected due to invalid timestamp", errors)
 
 
+def _current_leader(ctx: RequestContext, partition, name: str, topic_id, index: int) -> tuple[int, int] | None:
+    """KIP-951: where the leader is, from the partition hosted here or else the metadata."""
+    if partition is not None:
+        return (partition.leader_id, partition.leader_epoch) if partition.leader_id >= 0 else None
+    topic = ctx.metadata.topic(name) if name else ctx.metadata.topic_by_id(topic_id)
+    state = ctx.metadata.partition_state(topic.name, index) if topic is not None else None
+    return (state.leader, state.leader_epoch) if state is not None and state.leader >= 0 else None
+
+
 def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
     if name:
         topic = ctx.metadata.topic(name)
@@ -314,6 +457,9 @@ def _find_partition(ctx: RequestContext, name: str, topic_id, index: int):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"clients cannot produce to internal topic {topic.name}")
     partition = ctx.replicas.partition(topic.name, index)
     if partition is None:
+        if 0 <= index < topic.partitions:  # Kafka: the partition exists, this broker is not its leader
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"this broker is not a replica of {topic.name}-{index} (it moved or is moving)")
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {topic.name} has no partition {index}")
     return partition
 

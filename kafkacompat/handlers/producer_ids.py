@@ -8,11 +8,10 @@ TransactionCoordinator.handleInitProducerId:
   neither, else INVALID_REQUEST) and otherwise not used: Kafka hands out a fresh id too. An
   idempotent Java producer bumps its epoch locally; librdkafka asks for a new id.
 - an empty transactional id: INVALID_REQUEST.
-- a transactional id: COORDINATOR_NOT_AVAILABLE. This broker has no transaction coordinator yet
-  (no transaction log, no AddPartitionsToTxn/EndTxn), and handing out a producer id would only
-  let the producer fail later, half-way into a transaction. COORDINATOR_NOT_AVAILABLE is what a
-  Kafka cluster answers while the coordinator is unavailable; clients retry until their timeout
-  (Java: "Timeout expired ... while awaiting InitProducerId"), and the broker logs why.
+- a transactional id: the transaction coordinator's answer (handlers/transactions.py): the id's
+  producer id with its epoch bumped, fencing the producer that had it (KIP-360 recovery with the
+  producer's current id and epoch), INVALID_TRANSACTION_TIMEOUT above transaction.max.timeout.ms,
+  CONCURRENT_TRANSACTIONS while its previous transaction completes.
 
 v6 (KIP-939 two-phase commit) is still marked unstable in Kafka, which serves 0-5.
 """
@@ -24,6 +23,7 @@ import logging
 from kafkacompat.controller.producer_ids import ProducerIdsExhaustedError
 from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.handlers.transactions import init_transactional_producer
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
 
@@ -33,8 +33,6 @@ INIT_PRODUCER_ID = 22
 DESCRIBE_PRODUCERS = 61
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
-
-_warned_transactional_ids: set[str] = set()
 
 
 def _init_response(ctx: RequestContext, error: ErrorCode, producer_id: int = NO_PRODUCER_ID,
@@ -53,12 +51,15 @@ async def handle_init_producer_id(request, ctx: RequestContext):
     if transactional_id is not None:
         if transactional_id == "":
             return _init_response(ctx, ErrorCode.INVALID_REQUEST)
-        if transactional_id not in _warned_transactional_ids and len(_warned_transactional_ids) < 1000:
-            _warned_transactional_ids.add(transactional_id)
-            log.warning("Client %s asked for transactional id %r: transactions are not supported by this broker "
-                        "yet; answering COORDINATOR_NOT_AVAILABLE (idempotence without transactional.id works)",
-                        ctx.client_id, transactional_id)
-        return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        try:
+            error, producer_id, epoch = await init_transactional_producer(request, ctx)
+        except (OSError, StoreError, ValueError) as exc:
+            log.error("Could not allocate a producer id block: %s; transactional producers will retry", exc)
+            return _init_response(ctx, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        except ProducerIdsExhaustedError as exc:
+            log.error("InitProducerId from client %s: %s", ctx.client_id, exc)
+            return _init_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
+        return _init_response(ctx, error, producer_id, epoch)
     try:
         producer_id = await ctx.producer_ids.generate()
     except (OSError, StoreError, ValueError) as error:

@@ -7,9 +7,10 @@ hot-path APIs plug in their own decoder and encoder. A handler that returns None
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
     from kafkacompat.server import Connection
-    from kafkacompat.services import AdminOps, MetadataView
+    from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
 Decoder = Callable[[int, memoryview], Any]
@@ -32,7 +34,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 @dataclass(frozen=True, slots=True)
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
-    hosted here, the group coordinator and the producer ids."""
+    hosted here, the group and transaction coordinators, the producer ids and the transaction
+    verifier."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -42,6 +45,9 @@ class Services:
     producer_ids: "ProducerIdManager"
     log_dir: "Path"
     fetch_sessions: "FetchSessionCache"
+    # KIP-890: asked before a transactional batch starts a transaction on a partition.
+    txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
+    transactions: "TransactionCoordinator | None" = None
 
 
 @dataclass(slots=True)

@@ -31,9 +31,15 @@ Kafka's LogCleaner, Cleaner and LogCleanerManager, rule for rule:
   swap cut short by a crash: ``.cleaned`` files are dropped (the old segments are intact); a ``.log.swap``
   replaces every segment whose base offset lies in its offset range, indexes are rebuilt.
 
-Deviations, on purpose or for now: transactional and control batches are kept as they are and
-their keys are not put in the map (no transaction index here yet; this never drops a committed
-record, it only compacts less). The map holds the keys themselves, not MD5 hashes. Retention for "compact,delete"
+- Transactions (log/cleaner_txn.py): the cleaner never passes the first open transaction; the
+  records of aborted transactions are discarded and never enter the map (committed transactional
+  records are compacted like any other); a COMMIT/ABORT marker stays while its transaction has
+  data in the pass, an ABORT one then going into the cleaned segment's ``.txnindex`` (swapped in
+  with the other files); a marker whose transaction has no data left gets a delete horizon
+  (now + delete.retention.ms) on the first clean and goes on a clean after it, except the last
+  batch of an active producer, which is emptied instead.
+
+Deviations, on purpose or for now: the map holds the keys themselves, not MD5 hashes. Retention for "compact,delete"
 logs stays with the broker's housekeeping; a clean that finds its segments changed underneath it
 (retention, truncation, deletion) is abandoned and retried later.
 """
@@ -51,10 +57,19 @@ import trio
 
 from kafkacompat.config import BrokerConfig, broker_default
 from kafkacompat.log.checkpoint import read_checkpoint, write_checkpoint
+from kafkacompat.log.cleaner_txn import CleanedTransactions
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
-from kafkacompat.log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, batches_in_file
+from kafkacompat.log.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    LogSegment,
+    batches_in_file,
+)
 from kafkacompat.log.swap import CLEANED_SUFFIX, CleanedSegment, swap_in
+from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.wire.records import (
     COMPRESSION_MASK,
     CONTROL_FLAG,
@@ -63,7 +78,9 @@ from kafkacompat.wire.records import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     build_batch,
+    crc_ok,
     read_header,
+    iter_records,
     record_spans,
     span_record,
 )
@@ -84,6 +101,11 @@ TopicPartition = tuple[str, int]
 
 class CleaningAborted(Exception):
     """The log changed under the cleaner (retention, truncation, deletion): try again later."""
+
+
+class CorruptSegment(Exception):
+    """A segment the cleaner reads does not hold whole, intact batches up to its size (Kafka's
+    CorruptRecordException): the partition is left as it is, never compacted over the damage."""
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -165,6 +187,9 @@ def log_to_clean(log: "PartitionLog", checkpoint: int | None, now_ms: int, *,
     limits = [active.base_offset]
     if high_watermark is not None:
         limits.append(high_watermark)
+    first_open_txn = log.producer_state.first_open_txn_offset()
+    if first_open_txn is not None:  # Kafka cleans below the last stable offset only
+        limits.append(first_open_txn)
     dirty_inactive = [s for i, s in enumerate(segments[:-1]) if segments[i + 1].base_offset > first_dirty]
     lag = max(0, log.config.min_compaction_lag_ms)
     if lag > 0:
@@ -231,11 +256,24 @@ class SegmentSnapshot:
 
 
 def read_batches(path: str, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
-    """batches_in_file, for the cleaner: a segment deleted meanwhile abandons the clean."""
+    """batches_in_file, for the cleaner, checked as Kafka's cleaner checks them: every batch's CRC,
+    and batches all the way to ``size`` (the segment's length when the clean started). Damage
+    raises CorruptSegment; a segment deleted or cut shorter meanwhile abandons the clean."""
+    name = os.path.basename(path)
+    consumed = 0
     try:
-        yield from batches_in_file(path, size)
+        for header, data in batches_in_file(path, size):
+            if not crc_ok(data, header):
+                raise CorruptSegment(f"the batch at offset {header.base_offset} (byte {consumed} of {name}) "
+                                     "fails its CRC check")
+            consumed += header.size
+            yield header, data
+        if consumed < size:
+            if os.path.getsize(path) < size:
+                raise CleaningAborted(f"{name} was truncated meanwhile")
+            raise CorruptSegment(f"bytes {consumed} to {size} of {name} are not a record batch")
     except FileNotFoundError:
-        raise CleaningAborted(f"{os.path.basename(path)} was deleted meanwhile") from None
+        raise CleaningAborted(f"{name} was deleted meanwhile") from None
 
 
 # -- the offset map --------------------------------------------------------------------------
@@ -263,16 +301,21 @@ class OffsetMap:
         return len(self.entries)
 
 
-def build_offset_map(dirty: list[SegmentSnapshot], start: int, end: int, max_entries: int) -> OffsetMap:
+def build_offset_map(dirty: list[SegmentSnapshot], start: int, end: int, max_entries: int,
+                     aborted: Iterable[AbortedTxn] = ()) -> OffsetMap:
     """Cleaner.buildOffsetMap: the keys of the dirty segments from ``start``, segment by segment,
-    until the map fills (then ``latest_offset`` says how far it got)."""
+    until the map fills (then ``latest_offset`` says how far it got); the records of ``aborted``
+    transactions are left out."""
     offset_map = OffsetMap(max_entries)
+    txns = CleanedTransactions(aborted)
     for position, segment in enumerate(dirty):
         next_start = dirty[position + 1].base_offset if position + 1 < len(dirty) else end
         for header, data in read_batches(segment.log_path, segment.size):
             if header.last_offset < start:
                 continue
-            if not (header.is_control or header.is_transactional):
+            if header.is_control:
+                txns.on_control_batch(header, data)
+            elif not txns.on_data_batch(header):
                 base = header.base_offset
                 for offset_delta, _, _, key, _, _, _ in record_spans(data, header)[1]:
                     if key is not None and base + offset_delta >= start:
@@ -283,10 +326,12 @@ def build_offset_map(dirty: list[SegmentSnapshot], start: int, end: int, max_ent
     return offset_map
 
 
-def _active_producers_of(log: "PartitionLog") -> dict[int, int]:
-    """Producer id -> last offset of its last data batch (Kafka's lastRecordsOfActiveProducers):
-    that batch keeps the producer's sequence state, so it is emptied at most, never removed."""
-    return {entry.producer_id: entry.last_data_offset for entry in log.producer_state.active_producers()}
+def _active_producers_of(log: "PartitionLog") -> dict[int, tuple[int, int]]:
+    """Producer id -> (last offset of its last data batch or -1, epoch) (Kafka's
+    lastRecordsOfActiveProducers): that batch, or with no data batch a marker of that epoch, keeps
+    the producer's state, so it is emptied at most, never removed."""
+    return {entry.producer_id: (entry.last_data_offset, entry.producer_epoch)
+            for entry in log.producer_state.active_producers()}
 
 
 # -- cleaning one group of segments into one -------------------------------------------------
@@ -305,19 +350,24 @@ class CleanStats:
 
 @dataclass
 class BatchFilter:
-    """MemoryRecords.filterTo with the cleaner's RecordFilter, for one round."""
+    """MemoryRecords.filterTo with the cleaner's RecordFilter, for one round; ``txns`` is the
+    transaction state of the group being cleaned (a new one per group, as Kafka's cleanSegments)."""
 
     offset_map: OffsetMap
-    producers: dict[int, int]  # active producer id -> last offset of its last batch
+    producers: dict[int, tuple[int, int]]  # active producer id -> (last data offset, epoch)
     upper_bound: int  # the round's first uncleanable offset
     now_ms: int
     delete_retention_ms: int
     stats: CleanStats
+    txns: CleanedTransactions = field(default_factory=lambda: CleanedTransactions(()))
 
     def filter(self, header: BatchHeader, data: bytes) -> bytes | None:
         """The batch to write instead of ``data`` (maybe ``data`` itself), or None to drop it."""
-        if header.is_control or header.is_transactional:
-            return data
+        if header.is_control:
+            return self._filter_marker(header, data)
+        if self.txns.on_data_batch(header):  # an aborted transaction's records all go
+            self.stats.records_read += header.records_count
+            return self._emptied(header) if self._retains_empty(header) else None
         horizon = header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
         body, spans = record_spans(data, header)
         base = header.base_offset
@@ -341,13 +391,38 @@ class BatchFilter:
             base_timestamp = horizon if horizon is not None else retained[0].timestamp
             return build_batch(header, retained, attributes=attributes, base_timestamp=base_timestamp,
                                max_timestamp=max_timestamp)
-        last_of_producer = header.producer_id >= 0 and self.producers.get(header.producer_id) == header.last_offset
-        if last_of_producer or header.next_offset == self.upper_bound:
-            self.stats.batches_emptied += 1
-            attributes = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG)
-            return build_batch(header, [], attributes=attributes & ~COMPRESSION_MASK,
-                               base_timestamp=header.max_timestamp, max_timestamp=header.max_timestamp)
-        return None
+        return self._emptied(header) if self._retains_empty(header) else None
+
+    def _filter_marker(self, header: BatchHeader, data: bytes) -> bytes | None:
+        """Kafka's checkBatchRetention for a control batch: it may go once its transaction has no
+        data left and its delete horizon passed; the first clean that finds it so stamps it."""
+        removable = self.txns.on_control_batch(header, data)
+        horizon = header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
+        if removable and horizon is not None and horizon <= self.now_ms:
+            return self._emptied(header) if self._retains_empty(header) else None
+        if not removable or horizon is not None or header.records_count == 0:
+            return data
+        retained = list(iter_records(data, header))
+        return build_batch(header, retained, attributes=header.attributes | DELETE_HORIZON_FLAG,
+                           base_timestamp=self.now_ms + self.delete_retention_ms, max_timestamp=header.max_timestamp)
+
+    def _retains_empty(self, header: BatchHeader) -> bool:
+        """An active producer's last batch (its sequence and epoch state), or the round's last."""
+        if header.next_offset == self.upper_bound:
+            return True
+        last = self.producers.get(header.producer_id) if header.producer_id >= 0 else None
+        if last is None:
+            return False
+        last_data_offset, epoch = last
+        if last_data_offset >= 0:
+            return header.last_offset == last_data_offset
+        return header.is_control and header.producer_epoch == epoch
+
+    def _emptied(self, header: BatchHeader) -> bytes:
+        self.stats.batches_emptied += 1
+        attributes = header.attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG | CONTROL_FLAG)
+        return build_batch(header, [], attributes=attributes & ~COMPRESSION_MASK,
+                           base_timestamp=header.max_timestamp, max_timestamp=header.max_timestamp)
 
     def _keep(self, offset: int, key: bytes | None, has_value: bool, horizon: int | None) -> bool:
         if offset > self.offset_map.latest_offset:
@@ -424,6 +499,7 @@ def write_cleaned_segment(directory: Path, group: list[SegmentSnapshot], batch_f
         os.fsync(fd)
         for path in (cleaned.path(INDEX_SUFFIX, CLEANED_SUFFIX), cleaned.path(TIME_INDEX_SUFFIX, CLEANED_SUFFIX)):
             os.fsync(files.fd(str(path)))
+        _write_cleaned_txn_index(cleaned, batch_filter.txns.cleaned_index)
     except BaseException:
         files.close()
         os.close(fd)
@@ -436,6 +512,16 @@ def write_cleaned_segment(directory: Path, group: list[SegmentSnapshot], batch_f
     cleaned.size = position
     batch_filter.stats.bytes_written += position
     return cleaned
+
+
+def _write_cleaned_txn_index(cleaned: CleanedSegment, entries: list[AbortedTxn]) -> None:
+    """The aborted transactions whose ABORT marker the cleaned segment keeps (none: no file)."""
+    if not entries:
+        return
+    with open(cleaned.path(TXN_INDEX_SUFFIX, CLEANED_SUFFIX), "wb") as file:
+        file.write(b"".join(txn.encode() for txn in entries))
+        file.flush()
+        os.fsync(file.fileno())
 
 
 def group_segments_by_size(segments: list[SegmentSnapshot], max_size: int, max_index_size: int,
@@ -588,8 +674,10 @@ class LogCleaner:
         logger.info("Cleaning %s: offsets %d to %d are dirty (%.0f%% of %d bytes)", log.name, start, upper,
                     100 * candidate.cleanable_ratio, candidate.total_bytes)
 
+        aborted_in_dirty = log.aborted_transactions(start, upper)
+
         def build() -> OffsetMap:
-            return build_offset_map(dirty, start, upper, max_entries)
+            return build_offset_map(dirty, start, upper, max_entries, aborted_in_dirty)
 
         offset_map = yield build
         end_offset = offset_map.latest_offset + 1
@@ -598,7 +686,12 @@ class LogCleaner:
         groups = group_segments_by_size(to_clean, config.segment_bytes, config.segment_index_bytes, upper)
         batch_filter = BatchFilter(offset_map, producers, upper, now_ms, config.delete_retention_ms, stats)
         stats.segments_before = len(to_clean)
-        for group in groups:
+        group_ends = [later[0].base_offset for later in groups[1:]] + [end_offset]
+        aborted_by_group = [log.aborted_transactions(group[0].base_offset, group_end)
+                            for group, group_end in zip(groups, group_ends)]
+        for group, aborted in zip(groups, aborted_by_group):
+            batch_filter.txns = CleanedTransactions(aborted)
+
             def write(group: list[SegmentSnapshot] = group) -> CleanedSegment:
                 return write_cleaned_segment(log.dir, group, batch_filter,
                                              index_interval_bytes=config.index_interval_bytes,
@@ -648,6 +741,11 @@ class LogCleaner:
             await self.clean(candidate, now)
         except CleaningAborted as aborted:
             logger.info("Cleaning of %s abandoned, will retry: %s", candidate.log.name, aborted)
+        except CorruptSegment as damage:
+            logger.error("The log cleaner found damaged data in %s: %s. The partition is marked uncleanable "
+                         "and left as it is (nothing is compacted away) until the broker restarts; check the "
+                         "disk, and restore the partition from a replica if it has one.", candidate.log.name, damage)
+            self.uncleanable.add(key)
         except Exception:
             # Kafka marks the partition uncleanable and carries on with the others.
             logger.exception("Unexpected error cleaning %s; marking it uncleanable", candidate.log.name)

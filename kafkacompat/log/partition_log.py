@@ -7,15 +7,15 @@ import logging
 import os
 import shutil
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kafkacompat.log.checkpoint import fsync_directory
 from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP
-from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
+from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS, CompletedTxn, ProducerStateManager
 from kafkacompat.log.segment import (
     INDEX_SUFFIX,
     INT32_MAX,
@@ -27,9 +27,17 @@ from kafkacompat.log.segment import (
 )
 from kafkacompat.log.segment import now_ms as wall_clock_ms
 from kafkacompat.log.swap import complete_interrupted_swaps
+from kafkacompat.log.txn_index import AbortedTxn
 from kafkacompat.wire.chunks import FileRegion, close_chunks
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import BatchHeader, patch_base_offset, patch_leader_epoch, set_log_append_time
+from kafkacompat.wire.records import (
+    BatchHeader,
+    TxnMarker,
+    patch_base_offset,
+    patch_leader_epoch,
+    read_txn_marker,
+    set_log_append_time,
+)
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -51,6 +59,9 @@ class ReadResult:
 
     chunks: list[FileRegion] = field(default_factory=list)
     size: int = 0
+    # No batch returned holds an offset at or past this (the end of the last segment read from,
+    # capped by the read's limit): the bound of a read_committed fetch's aborted transactions.
+    upper_bound: int = 0
 
     def read_all(self) -> bytes:
         """The bytes themselves (tests and tools; the server sends the regions instead)."""
@@ -149,6 +160,12 @@ class PartitionLog:
         for base in self._segment_bases_on_disk():
             self._add_segment(LogSegment.open_existing(self.dir, base, self._files, **self._segment_options()))
         recovered = self._recover(recovery_point)
+        if recovered:
+            # As Kafka's recoverSegment: the producer state is rebuilt from no later than the first
+            # recovered segment, and the aborted indexes of the recovered segments from their markers.
+            for segment in recovered:
+                segment.txn_index.reset()
+            self.producer_state.delete_snapshots_above(recovered[0].base_offset)
         if not self._segments:
             self._add_segment(self._new_segment(log_start_offset or 0))
         active = self._segments[-1]
@@ -159,23 +176,47 @@ class PartitionLog:
         for segment in recovered:
             segment.fsync()
         self._set_recovery_point(self._log_end_offset)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(index_from=recovered[0].base_offset if recovered else None)
         logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
                      self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, index_from: int | None = None) -> None:
         """Producer state from the latest snapshot plus the batch headers after it, then a
-        snapshot at the log end offset (so the next start has nothing to replay)."""
-        self.producer_state.load(self._log_start_offset, self._log_end_offset, self.headers_from_offset,
-                                 wall_clock_ms())
+        snapshot at the log end offset (so the next start has nothing to replay). ``index_from``:
+        the aborted transactions whose marker is at that offset or later are written to their
+        segment's .txnindex again (recovery emptied those)."""
+        on_completed = None
+        if index_from is not None:
+            def on_completed(completed: CompletedTxn) -> None:
+                if completed.aborted and completed.last_offset >= index_from:
+                    self._index_aborted(self._segments[self._segment_position(completed.last_offset)], completed)
+        self.producer_state.load(self._log_start_offset, self._log_end_offset, self._batches_with_markers,
+                                 wall_clock_ms(), on_completed)
         try:
             self.producer_state.take_snapshot()
         except OSError as error:
             logger.warning("Could not write the producer snapshot of %s: %s", self.name, error)
 
-    def headers_from_offset(self, offset: int):
+    def _batches_with_markers(self, offset: int) -> Iterator[tuple[BatchHeader, TxnMarker | None]]:
+        """Batch headers from the batch holding ``offset``, each with its COMMIT/ABORT marker when
+        it is a control batch (only those are read beyond their header)."""
+        for segment, header in self._segment_headers_from(offset):
+            marker = None
+            if header.is_control:
+                marker = read_txn_marker(segment.read_batch(header), replace(header, position=0))
+            yield header, marker
+
+    def _index_aborted(self, segment: LogSegment, completed: CompletedTxn) -> None:
+        segment.txn_index.append(AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset,
+                                            completed.last_stable_offset))
+
+    def headers_from_offset(self, offset: int) -> Iterator[BatchHeader]:
         """Batch headers from the batch holding ``offset`` to the log end, across segments (per
         batch, never per record: idempotent-producer state is rebuilt from these)."""
+        for _, header in self._segment_headers_from(offset):
+            yield header
+
+    def _segment_headers_from(self, offset: int) -> Iterator[tuple[LogSegment, BatchHeader]]:
         for segment in self._segments[self._segment_position(offset):]:
             position = 0
             if segment.base_offset < offset:
@@ -183,7 +224,8 @@ class PartitionLog:
                 if start is None:
                     continue
                 position = start.position
-            yield from segment.headers_from(position)
+            for header in segment.headers_from(position):
+                yield segment, header
 
     def _segment_options(self) -> dict[str, object]:
         return {
@@ -362,10 +404,26 @@ class PartitionLog:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"could not write to {self.name} {segment.name}: {error}") from error
         self._log_end_offset = headers[-1].next_offset
-        self.producer_state.update_all(headers)
+        self._update_producer_state(records, headers, segment)
         if self._log_end_offset >= self._flush_at_offset:  # the only flush cost of an append
             self.on_flush_due(self)
         return AppendInfo(first_offset, last_offset, log_append_time, self._log_start_offset)
+
+    def _update_producer_state(self, records: memoryview, headers: list[BatchHeader], segment: LogSegment) -> None:
+        producer_state = self.producer_state
+        for header in headers:
+            if not header.is_control:
+                producer_state.update(header)
+                continue
+            completed = producer_state.update(header, read_txn_marker(records, header))
+            if completed is not None and completed.aborted:
+                try:
+                    self._index_aborted(segment, completed)
+                except OSError as error:  # the batch is written; reads use the entry, kept in memory
+                    logger.error("Could not add the aborted transaction of producer %d (offsets %d to %d) to %s's "
+                                 "transaction index file: %s; it is written again at the next flush",
+                                 completed.producer_id, completed.first_offset, completed.last_offset, self.name,
+                                 error)
 
     def _assign_offsets(self, records: memoryview, headers: list[BatchHeader], leader_epoch: int) -> None:
         next_offset = self._log_end_offset
@@ -463,6 +521,7 @@ class PartitionLog:
             if end > start.position:
                 result.chunks.append(segment.region(start.position, end))
                 result.size += end - start.position
+                result.upper_bound = min(end_offset, self._segment_end_offset(position))
             if end < segment.size:
                 break
             take_first = False
@@ -499,6 +558,21 @@ class PartitionLog:
         if end == start.position and take_first:
             end = start.position + start.size
         return end
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        """The LSO: below it every transaction is decided (read_committed reads up to it)."""
+        return self.producer_state.last_stable_offset(high_watermark, self._log_start_offset)
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [fetch_offset, upper_bound), from the
+        .txnindex of the segment holding ``fetch_offset`` on (Kafka's collectAbortedTransactions)."""
+        found: list[AbortedTxn] = []
+        for segment in self._segments[self._segment_position(fetch_offset):]:
+            if segment.base_offset >= upper_bound or segment.txn_index.collect(fetch_offset, upper_bound, found):
+                break
+        return found
 
     # -- timestamps -------------------------------------------------------------------------
 

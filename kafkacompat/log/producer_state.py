@@ -18,9 +18,16 @@ UnifiedLog.analyzeAndValidateProducerState):
 - Producers expire producer.id.expiration.ms after the max timestamp of their last batch (the
   record timestamps, as in Kafka; not the wall-clock time of the append).
 - Log retention does not drop producer state (as in Kafka since KIP-360); only expiry does.
-- Transactional batches from clients are refused with INVALID_TXN_STATE until a transaction
-  coordinator exists (what Kafka's partition verification answers for a partition that was not
-  added to a transaction).
+- Transactions (ProducerAppendInfo.appendDataBatch / appendEndTxnMarker): the first
+  transactional batch of a producer starts its transaction at that batch's base offset; a
+  non-transactional batch from a producer with an open transaction is INVALID_TXN_STATE; a
+  COMMIT/ABORT marker (control batch) completes it. A marker older than the producer's epoch is
+  INVALID_PRODUCER_EPOCH (with transaction version 2, where the coordinator bumps the epoch for
+  the marker, one not newer than it, unless it repeats a marker already written), one from a
+  coordinator epoch older than the last marker's is TRANSACTION_COORDINATOR_FENCED. Replica
+  appends and replay are not checked (Kafka logs them).
+- The last stable offset (LSO): the first offset of the earliest open transaction, or of a
+  completed one whose marker is not yet below the high watermark, capped by the high watermark.
 
 Persistence (Kafka's layout, so a data dir moves between the two):
 
@@ -57,7 +64,7 @@ import crc32c
 
 from kafkacompat.config import broker_default
 from kafkacompat.wire.errors import ErrorCode, KafkaError
-from kafkacompat.wire.records import BatchHeader
+from kafkacompat.wire.records import BatchHeader, TxnMarker
 
 logger = logging.getLogger("kafkacompat.log")
 
@@ -96,6 +103,18 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
 
 def in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker (Kafka's CompletedTxn); ``last_stable_offset`` is the
+    partition's LSO once it completed (what its aborted-index entry records)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    aborted: bool
+    last_stable_offset: int
 
 
 class CorruptSnapshotError(ValueError):
@@ -180,6 +199,13 @@ class ProducerStateManager:
         self.label = label  # "<topic>-<partition>", for messages
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
+        # Open transactions: producer id -> first offset, in offset order (the first is the LSO's).
+        self.ongoing: dict[int, int] = {}
+        # Completed transactions whose marker is not yet below the high watermark, marker order.
+        self.unreplicated: deque[CompletedTxn] = deque()
+        # KIP-890: a token per producer whose transactional batch is being verified with the
+        # coordinator; a marker in between removes it, so the late batch is refused.
+        self.verification_guards: dict[int, object] = {}
         self.map_end_offset = 0  # the state reflects the log below this offset
         self._last_snapshot_offset = 0  # as Kafka: no snapshot is written unless the map moved past it
         self._snapshots: list[int] = self._snapshot_offsets_on_disk()
@@ -191,7 +217,8 @@ class ProducerStateManager:
 
         Returns the metadata of the batch it duplicates (to be acknowledged, not written), None
         when it is to be appended, or raises KafkaError (INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD, INVALID_TXN_STATE for a transactional batch).
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_RECORD, INVALID_TXN_STATE for a plain batch inside
+        the producer's open transaction; checked in Kafka's order).
         """
         producer_id, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
         if first_seq < 0:
@@ -199,15 +226,6 @@ class ProducerStateManager:
                 ErrorCode.INVALID_RECORD,
                 f"invalid sequence number {first_seq} in a record batch with producer id {producer_id} for "
                 f"{self.label}: an idempotent producer numbers its batches from 0",
-            )
-        if header.is_transactional:
-            # Kafka (3.6+, transaction.partition.verification.enable) refuses a transactional batch
-            # for a partition its coordinator has not added to the transaction; with no
-            # transaction coordinator here, no partition ever is.
-            raise KafkaError(
-                ErrorCode.INVALID_TXN_STATE,
-                f"producer {producer_id} sent a transactional batch to {self.label}, but this broker does not "
-                "support transactions yet",
             )
         entry = self.producers.get(producer_id)
         if entry is None:
@@ -234,18 +252,52 @@ class ProducerStateManager:
                 f"out of order sequence number for producer {producer_id} (epoch {epoch}) on {self.label}: "
                 f"got {first_seq}, expected {(entry.last_seq + 1) & INT32_MAX} after {entry.last_seq}",
             )
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} sent a non-transactional batch to {self.label} while its transaction "
+                f"from offset {entry.current_txn_first_offset} is open",
+            )
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a batch written at its final offsets (client and replica appends, and replay).
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                     transaction_version: int) -> None:
+        """Kafka's checks of a coordinator's COMMIT/ABORT marker before it is written
+        (ProducerAppendInfo.checkProducerEpoch / checkCoordinatorEpoch)."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        current = entry.producer_epoch
+        stale = producer_epoch <= current if transaction_version >= 2 else producer_epoch < current
+        if stale and not (transaction_version >= 2 and producer_epoch == current
+                          and entry.current_txn_first_offset < 0):  # TV2: a retry of a written marker
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"transaction marker for producer {producer_id} on {self.label} has epoch {producer_epoch}, "
+                f"{'not newer than' if transaction_version >= 2 else 'older than'} its epoch {current}",
+            )
+        if entry.coordinator_epoch > coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"transaction marker for producer {producer_id} on {self.label} comes from coordinator epoch "
+                f"{coordinator_epoch}, older than the last marker's {entry.coordinator_epoch} (a zombie coordinator)",
+            )
 
-        Batches without a producer id and control batches (transaction markers, which need a
-        transaction coordinator this broker does not have yet) leave the state unchanged.
-        """
+    def needs_verification(self, producer_id: int, producer_epoch: int) -> bool:
+        """A transactional batch that would start a transaction here (Kafka's
+        !hasOngoingTransaction): the leader asks the coordinator first (KIP-890)."""
+        entry = self.producers.get(producer_id)
+        return entry is None or entry.current_txn_first_offset < 0 or entry.producer_epoch != producer_epoch
+
+    def update(self, header: BatchHeader, marker: TxnMarker | None = None) -> CompletedTxn | None:
+        """Record a batch written at its final offsets (client and replica appends, and replay);
+        ``marker``: a control batch's COMMIT/ABORT record. Returns the transaction a marker
+        completed (None for a marker of a producer with no open transaction: it changes no LSO
+        and no index). Batches without a producer id and empty control batches change nothing."""
         self.map_end_offset = header.next_offset
         producer_id = header.producer_id
-        if producer_id < 0 or header.is_control:
-            return
+        if producer_id < 0 or (header.is_control and marker is None):
+            return None
         entry = self.producers.get(producer_id)
         if entry is None:
             entry = self.producers[producer_id] = ProducerStateEntry(producer_id)
@@ -253,12 +305,58 @@ class ProducerStateManager:
             logger.warning("%s: producer %d wrote epoch %d at offset %d after epoch %d (a replica append is "
                            "not checked)", self.label, producer_id, header.producer_epoch, header.base_offset,
                            entry.producer_epoch)
+        if marker is not None:
+            return self._end_txn(entry, header, marker)
         entry.add_batch(header.producer_epoch, header.last_sequence, header.last_offset, header.last_offset_delta,
                         header.max_timestamp)
+        if header.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = header.base_offset
+            self.ongoing[producer_id] = header.base_offset
+        return None
 
-    def update_all(self, headers: Iterable[BatchHeader]) -> None:
-        for header in headers:
-            self.update(header)
+    def _end_txn(self, entry: ProducerStateEntry, header: BatchHeader, marker: TxnMarker) -> CompletedTxn | None:
+        completed = None
+        first_offset = entry.current_txn_first_offset
+        if first_offset >= 0:
+            del self.ongoing[entry.producer_id]
+            others = next(iter(self.ongoing.values()), None)
+            completed = CompletedTxn(entry.producer_id, first_offset, header.base_offset, not marker.committed,
+                                     header.base_offset + 1 if others is None else others)
+            self.unreplicated.append(completed)
+        if header.producer_epoch != entry.producer_epoch:
+            entry.batches.clear()
+            entry.producer_epoch = header.producer_epoch
+        entry.current_txn_first_offset = -1
+        entry.coordinator_epoch = marker.coordinator_epoch
+        entry.last_timestamp = header.max_timestamp
+        self.verification_guards.pop(entry.producer_id, None)
+        return completed
+
+    def first_open_txn_offset(self) -> int | None:
+        return next(iter(self.ongoing.values()), None)
+
+    def forget_replicated_txns(self, high_watermark: int) -> None:
+        """The completed transactions whose marker is below the high watermark are stable
+        (Kafka's onHighWatermarkUpdated); called as it moves, so the queue stays short."""
+        unreplicated = self.unreplicated
+        while unreplicated and unreplicated[0].last_offset < high_watermark:
+            unreplicated.popleft()
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction, or of a completed one whose marker the high
+        watermark has not passed (Kafka's firstUnstableOffset); None when there is none."""
+        self.forget_replicated_txns(high_watermark)
+        first = next(iter(self.ongoing.values()), None)
+        for txn in self.unreplicated:
+            if first is None or txn.first_offset < first:
+                first = txn.first_offset
+        return first
+
+    def last_stable_offset(self, high_watermark: int, log_start_offset: int) -> int:
+        first = self.first_unstable_offset(high_watermark)
+        if first is None:
+            return high_watermark
+        return min(max(first, log_start_offset), high_watermark)
 
     # -- expiry and queries -----------------------------------------------------------------
 
@@ -271,6 +369,8 @@ class ProducerStateManager:
         expired = [pid for pid, entry in self.producers.items() if self.is_expired(entry, now_ms, expiration_ms)]
         for pid in expired:
             del self.producers[pid]
+        for pid in [pid for pid in self.verification_guards if pid not in self.producers]:
+            del self.verification_guards[pid]  # a verification whose batch never came
         return len(expired)
 
     def active_producers(self) -> list[ProducerStateEntry]:
@@ -324,21 +424,29 @@ class ProducerStateManager:
 
     # -- rebuilding -------------------------------------------------------------------------
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
+    def _clear(self) -> None:
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
+        self.verification_guards.clear()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._clear()
         for snapshot in list(self._snapshots):
             self.delete_snapshot(snapshot)
         self.map_end_offset = offset
         self._last_snapshot_offset = 0
 
     def load(self, log_start_offset: int, log_end_offset: int,
-             headers_from: Callable[[int], Iterator[BatchHeader]], now_ms: int) -> int:
+             batches_from: Callable[[int], Iterator[tuple[BatchHeader, TxnMarker | None]]], now_ms: int,
+             on_completed: Callable[[CompletedTxn], None] | None = None) -> int:
         """Rebuild the state for the log [log_start_offset, log_end_offset): the latest readable
-        snapshot in that range, then the batch headers after it. Returns how many batch headers
-        were replayed."""
+        snapshot in that range, then the batch headers (and markers) after it; ``on_completed``
+        hears of every transaction a replayed marker completes (recovery rebuilds the aborted
+        index with it). Returns how many batch headers were replayed."""
         self.delete_snapshots_above(log_end_offset)
         self.delete_snapshots_below(log_start_offset)
-        self.producers.clear()
+        self._clear()
         start = log_start_offset
         self._last_snapshot_offset = log_start_offset
         while self._snapshots:
@@ -353,20 +461,26 @@ class ProducerStateManager:
             for entry in entries:
                 if not self.is_expired(entry, now_ms):
                     self.producers[entry.producer_id] = entry
+            open_txns = sorted((e.current_txn_first_offset, e.producer_id) for e in self.producers.values()
+                               if e.current_txn_first_offset >= 0)
+            self.ongoing = {producer_id: first for first, producer_id in open_txns}
             start = max(offset, log_start_offset)
             self._last_snapshot_offset = offset
             break
         self.map_end_offset = start
         replayed = 0
         if start < log_end_offset:
-            for header in headers_from(start):
+            for header, marker in batches_from(start):
                 if header.base_offset >= log_end_offset:
                     break
                 if header.last_offset < start:
                     continue
-                self.update(header)
+                completed = self.update(header, marker)
+                if completed is not None and on_completed is not None:
+                    on_completed(completed)
                 replayed += 1
         self.map_end_offset = log_end_offset
+        self.remove_expired(now_ms)  # as for the snapshot's entries
         if replayed:
             logger.info("Rebuilt the producer state of %s from offset %d: replayed %d batch headers, %d producers",
                         self.label, start, replayed, len(self.producers))

@@ -17,6 +17,7 @@ from typing import Iterator
 
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.index import NO_TIMESTAMP, IndexCorruptError, OffsetIndex, TimeIndex
+from kafkacompat.log.txn_index import TransactionIndex
 from kafkacompat.wire.chunks import FileRegion
 from kafkacompat.wire.records import (
     CURRENT_MAGIC, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, crc_ok, read_header, record_spans,
@@ -117,6 +118,7 @@ class LogSegment:
         self.log_path = str(directory / segment_file_name(base_offset, LOG_SUFFIX))
         self.index_path = str(directory / segment_file_name(base_offset, INDEX_SUFFIX))
         self.time_index_path = str(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        self.txn_index = TransactionIndex(str(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)), label)
         self.size = size
         # Offset after the last batch; None until somebody needs it for a loaded segment.
         self.next_offset: int | None = None
@@ -180,6 +182,11 @@ class LogSegment:
         if self._time_index.loaded and self._max_timestamp_known:
             self._append_final_time_index_entry()
         self._write_pending_index_entries()
+        try:
+            self.txn_index.write_unwritten()
+        except OSError as error:
+            logger.error("%s: the transaction index %s lacks entries that could not be written (%s); a restart "
+                         "without recovery of this segment would miss them", self.label, self.name, error)
         for path in (self.log_path, self.index_path, self.time_index_path):
             self._files.forget(path)
 
@@ -190,8 +197,8 @@ class LogSegment:
     def delete_files(self) -> None:
         self._offset_index.discard()
         self._time_index.discard()
-        txn_index_path = self.log_path[: -len(LOG_SUFFIX)] + TXN_INDEX_SUFFIX
-        for path in (self.log_path, self.index_path, self.time_index_path, txn_index_path):
+        self.txn_index.delete()
+        for path in (self.log_path, self.index_path, self.time_index_path):
             self._files.forget(path)
             try:
                 os.unlink(path)
@@ -215,6 +222,7 @@ class LogSegment:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+        self.txn_index.fsync()
 
     # -- indexes ----------------------------------------------------------------------------
 
@@ -519,6 +527,7 @@ class LogSegment:
         ``offset`` goes entirely, so the next offset can end up below ``offset``.
         """
         self.ensure_indexes()
+        self.txn_index.truncate_to(offset)
         cut = self.find_batch(offset)
         self._forget_tail()
         if cut is None:

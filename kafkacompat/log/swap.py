@@ -1,7 +1,8 @@
 """The cleaner's segment swap (Kafka's UnifiedLog.replaceSegments) and finishing one a crash cut
 short (as Kafka's LogLoader does), used by PartitionLog.open.
 
-A cleaned group is written as ``<base>.log.cleaned`` (+ ``.index.cleaned``, ``.timeindex.cleaned``);
+A cleaned group is written as ``<base>.log.cleaned`` (+ ``.index.cleaned``, ``.timeindex.cleaned``,
+and ``.txnindex.cleaned`` when it keeps an aborted transaction's marker);
 ``swap_in`` then renames them to ``.swap`` (the commit point), deletes the segments they replace
 and renames the ``.swap`` files to their final names, each step its own function so that a crash
 between any two of them can be reproduced (tests replace a step with one that raises).
@@ -30,7 +31,8 @@ logger = logging.getLogger("kafkacompat.log.cleaner")
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-_SWAPPED_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)  # the .log last: it commits the swap
+_SWAPPED_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, LOG_SUFFIX)  # the .log last: it commits
+_OPTIONAL_SUFFIXES = (TXN_INDEX_SUFFIX,)  # a segment without aborted transactions has no .txnindex
 
 
 @dataclass
@@ -60,8 +62,14 @@ def swap_in(old: list[LogSegment], cleaned: CleanedSegment) -> None:
 def commit_swap(cleaned: CleanedSegment) -> None:
     """.cleaned -> .swap: from here on a restart completes the swap instead of dropping it."""
     for suffix in _SWAPPED_SUFFIXES:
-        os.replace(cleaned.path(suffix, CLEANED_SUFFIX), cleaned.path(suffix, SWAP_SUFFIX))
+        _replace(cleaned.path(suffix, CLEANED_SUFFIX), cleaned.path(suffix, SWAP_SUFFIX), suffix)
     fsync_directory(cleaned.directory)
+
+
+def _replace(source: Path, target: Path, suffix: str) -> None:
+    if suffix in _OPTIONAL_SUFFIXES and not source.exists():
+        return
+    os.replace(source, target)
 
 
 def delete_replaced(old: list[LogSegment]) -> None:
@@ -72,7 +80,7 @@ def delete_replaced(old: list[LogSegment]) -> None:
 def finish_swap(cleaned: CleanedSegment) -> None:
     for suffix in _SWAPPED_SUFFIXES:
         final = cleaned.directory / segment_file_name(cleaned.base_offset, suffix)
-        os.replace(cleaned.path(suffix, SWAP_SUFFIX), final)
+        _replace(cleaned.path(suffix, SWAP_SUFFIX), final, suffix)
     fsync_directory(cleaned.directory)
 
 
@@ -86,7 +94,7 @@ def complete_interrupted_swaps(directory: Path, label: str) -> int:
     """
     names = os.listdir(directory)
     for name in names:
-        if name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
+        if name.endswith(SWAP_SUFFIX) and not name.endswith((LOG_SUFFIX + SWAP_SUFFIX, TXN_INDEX_SUFFIX + SWAP_SUFFIX)):
             logger.info("Removing %s of %s: an index of an interrupted swap (it will be rebuilt)", name, label)
             (directory / name).unlink(missing_ok=True)
     completed = 0
@@ -104,6 +112,9 @@ def complete_interrupted_swaps(directory: Path, label: str) -> int:
                 if other_base is not None and base <= other_base < next_offset:
                     logger.info("Deleting %s of %s: replaced by the cleaned segment in %s", other, label, name)
                     (directory / other).unlink(missing_ok=True)
+        txn_index_swap = directory / (segment_file_name(base, TXN_INDEX_SUFFIX) + SWAP_SUFFIX)
+        if txn_index_swap.exists():  # cannot be rebuilt from the cleaned log (its data is gone): keep it
+            os.replace(txn_index_swap, directory / segment_file_name(base, TXN_INDEX_SUFFIX))
         os.replace(swap, directory / segment_file_name(base, LOG_SUFFIX))
         logger.info("Completed the interrupted swap of %s into %s", name, label)
         completed += 1

@@ -19,12 +19,14 @@ from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_top
 from kafkacompat.log import LogConfig, LogManager
 from kafkacompat.replication.fetcher import ReplicaFetcherManager
 from kafkacompat.replication.partition import Partition
+from kafkacompat.replication.txn_markers import write_markers
 from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.records import TxnMarker
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.state import BrokerInfo, PartitionState
-    from kafkacompat.services import IsrClient, LeadershipListener, TopicLookup
+    from kafkacompat.services import IsrClient, LeadershipListener, TopicLookup, TransactionMarkerListener
     from kafkacompat.wire.produce import NodeEndpoint
 
 log = logging.getLogger("kafkacompat.replication")
@@ -47,10 +49,14 @@ class ReplicaManager:
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers = ReplicaFetcherManager(self)
         self._listeners: list[LeadershipListener] = []
+        self._marker_listeners: list[TransactionMarkerListener] = []
         self._nursery: trio.Nursery | None = None
 
     def add_leadership_listener(self, listener: "LeadershipListener") -> None:
         self._listeners.append(listener)
+
+    def add_txn_marker_listener(self, listener: "TransactionMarkerListener") -> None:
+        self._marker_listeners.append(listener)
 
     def partition(self, topic: str, index: int) -> Partition | None:
         return self.partitions.get((topic, index))
@@ -214,13 +220,39 @@ class ReplicaManager:
         self.fetchers.remove_partition((topic, index))
         partition = self.partitions.pop((topic, index), None)
         if partition is not None:
-            partition.wake_waiters()
+            partition.stop_serving()
         for listener in self._listeners:
             try:
                 listener.on_partition_removed(topic, index)
             except Exception:
                 log.exception("%s-%d: a leadership listener failed on its removal", topic, index)
         self.logs.delete_partition(topic, index)
+
+    # ---- transaction markers -------------------------------------------------------------------
+
+    async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                committed: bool, partitions: list[tuple[str, int]], *,
+                                transaction_version: int = 0, timeout_ms: int | None = None
+                                ) -> dict[tuple[str, int], int]:
+        """Append a COMMIT (``committed``) or ABORT marker of the producer to each partition as its
+        leader and wait until it is replicated (acks=-1, up to ``timeout_ms``, by default the
+        broker's request.timeout.ms). Returns Kafka's error code per partition: 0,
+        UNKNOWN_TOPIC_OR_PARTITION (not hosted here), NOT_LEADER_OR_FOLLOWER,
+        INVALID_PRODUCER_EPOCH, TRANSACTION_COORDINATOR_FENCED, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
+        REQUEST_TIMED_OUT, KAFKA_STORAGE_ERROR. The transaction marker listeners then hear of the
+        partitions written."""
+        timeout = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        marker = TxnMarker(committed, coordinator_epoch)
+        results = await write_markers(self.partitions, self.topics, producer_id, producer_epoch, marker,
+                                      partitions, transaction_version, timeout)
+        done = [key for key, code in results.items() if code == 0]
+        if done:
+            for listener in self._marker_listeners:
+                try:
+                    listener.on_txn_markers_written(producer_id, done, committed)
+                except Exception:
+                    log.exception("A transaction marker listener failed for producer %d on %s", producer_id, done)
+        return results
 
     # ---- ISR -----------------------------------------------------------------------------------
 

@@ -116,7 +116,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark
+        """The LSO: the high watermark, or the first offset of an undecided transaction below it."""
+        return self.log.last_stable_offset(self.high_watermark)
 
     @property
     def is_leader(self) -> bool:
@@ -193,6 +194,14 @@ class Partition:
         self.wake_waiters()
         return True
 
+    def stop_serving(self) -> None:
+        """The partition left this broker (moved away or deleted): it leads nothing any more, and
+        requests waiting on it (acks=all produces, long polls) are answered now, not at their
+        timeout."""
+        self.leader_id = -1
+        self.followers = {}
+        self.wake_waiters()
+
     def check_leader(self) -> None:
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -221,6 +230,7 @@ class Partition:
 
     def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
         self.high_watermark = min(leader_high_watermark, self.log_end_offset)
+        self.log.producer_state.forget_replicated_txns(self.high_watermark)
 
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
@@ -307,6 +317,7 @@ class Partition:
                 new = end
         if new > self.high_watermark:
             self.high_watermark = new
+            self.log.producer_state.forget_replicated_txns(new)
             self.wake_waiters()
             return True
         return False
@@ -409,6 +420,17 @@ class Partition:
     def read(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> "ReadResult":
         """Whole batches from ``offset``, only below the high watermark (what is committed)."""
         return self.log.read(offset, max_bytes, max_offset=self.high_watermark, min_one_batch=min_one_batch)
+
+    def read_committed(self, offset: int, max_bytes: int, *,
+                       min_one_batch: bool) -> "tuple[ReadResult, list[tuple[int, int]]]":
+        """read_committed (isolation level 1): whole batches below the LSO, and the (producer id,
+        first offset) of the aborted transactions with records in the range read (a superset:
+        up to the end of the last segment read from)."""
+        read = self.log.read(offset, max_bytes, max_offset=self.last_stable_offset, min_one_batch=min_one_batch)
+        if not read.chunks:
+            return read, []
+        aborted = self.log.aborted_transactions(offset, read.upper_bound)
+        return read, [(txn.producer_id, txn.first_offset) for txn in aborted]
 
     def read_for_replica(self, offset: int, max_bytes: int, *, min_one_batch: bool) -> "ReadResult":
         """Whole batches from ``offset`` up to the log end (followers are not bound by the HW)."""

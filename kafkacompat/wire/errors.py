@@ -275,3 +275,13 @@ class KafkaError(Exception):
         self.code = ErrorCode(code)
         self.message = message or DEFAULT_MESSAGES.get(int(code), code.name)
         super().__init__(f"{self.code.name}: {self.message}")
+
+
+def error_name(code: int | None) -> str:
+    """Kafka's name of an error code for a log line (the number itself when it is not one we know)."""
+    if code is None:
+        return "no answer"
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)

@@ -492,10 +492,13 @@ def _length_prefixed(data: bytes | None) -> bytes:
     return write_varint(-1) if data is None else write_varint(len(data)) + data
 
 
-def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0) -> bytearray:
+def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int = 0, *,
+              transactional_producer: tuple[int, int] | None = None) -> bytearray:
     """One RecordBatch v2 of (timestamp, key, value) records without headers at offsets
-    0..n-1 (the log assigns the real ones and the leader epoch), no producer id, the records
-    compressed with ``codec``, CRC computed. ``entries`` must not be empty."""
+    0..n-1 (the log assigns the real ones and the leader epoch), no producer id (or, with
+    ``transactional_producer`` (id, epoch), a transactional batch of that producer without a
+    sequence, as a coordinator writes it), the records compressed with ``codec``, CRC computed.
+    ``entries`` must not be empty."""
     base_timestamp = entries[0][0]
     body = b"".join(
         encode_record(Record(offset, timestamp, 0, key, value is not None,
@@ -504,9 +507,11 @@ def new_batch(entries: list[tuple[int, bytes | None, bytes | None]], codec: int 
     )
     if codec:
         body = compress(codec, body)
+    producer_id, producer_epoch = transactional_producer or (-1, -1)
     template = BatchHeader(0, 0, 0, 0, CURRENT_MAGIC, 0, 0, len(entries) - 1, base_timestamp, base_timestamp,
-                           -1, -1, -1, len(entries))
-    return _sealed_batch(template, codec, base_timestamp, max(e[0] for e in entries), len(entries), body)
+                           producer_id, producer_epoch, -1, len(entries))
+    attributes = codec | (TRANSACTIONAL_FLAG if transactional_producer is not None else 0)
+    return _sealed_batch(template, attributes, base_timestamp, max(e[0] for e in entries), len(entries), body)
 
 
 def record_value(record: Record) -> bytes | None:
@@ -514,3 +519,52 @@ def record_value(record: Record) -> bytes | None:
     key_length, position = read_varint(record.tail, 0)
     value_length, position = read_varint(record.tail, position + max(key_length, 0))
     return None if value_length < 0 else bytes(record.tail[position:position + value_length])
+
+
+# ---- transaction markers (control batches) ---------------------------------------------------
+
+CONTROL_ABORT = 0  # Kafka's ControlRecordType
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")  # version 0, type
+_MARKER_VALUE = struct.Struct(">hi")  # EndTransactionMarker: version 0, coordinator epoch
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """The one record of a COMMIT/ABORT control batch."""
+
+    committed: bool
+    coordinator_epoch: int
+
+
+def new_marker_batch(producer_id: int, producer_epoch: int, marker: TxnMarker, timestamp_ms: int) -> bytearray:
+    """A control batch holding one end-transaction marker, as Kafka's
+    MemoryRecords.withEndTransactionMarker builds it: uncompressed, transactional and control
+    attributes, the producer's id and epoch, no sequence; the log assigns offset and leader epoch."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if marker.committed else CONTROL_ABORT)
+    value = _MARKER_VALUE.pack(0, marker.coordinator_epoch)
+    record = Record(0, timestamp_ms, 0, key, True, _length_prefixed(key) + _length_prefixed(value) + b"\x00")
+    template = BatchHeader(0, 0, 0, 0, CURRENT_MAGIC, 0, 0, 0, timestamp_ms, timestamp_ms,
+                           producer_id, producer_epoch, -1, 1)
+    return _sealed_batch(template, TRANSACTIONAL_FLAG | CONTROL_FLAG, timestamp_ms, timestamp_ms, 1,
+                         encode_record(record, 0, timestamp_ms))
+
+
+def read_txn_marker(batch: bytes | memoryview | bytearray, header: BatchHeader) -> TxnMarker | None:
+    """The marker of a control batch (``header.position`` within ``batch``); None for an empty
+    control batch (the cleaner emptied it), a control type other than COMMIT/ABORT, or bytes that
+    do not parse (Kafka skips unknown control types too)."""
+    try:
+        for record in iter_records(batch, header):
+            if record.key is None or len(record.key) < _CONTROL_KEY.size:
+                return None
+            _, control_type = _CONTROL_KEY.unpack_from(record.key, 0)
+            if control_type not in (CONTROL_ABORT, CONTROL_COMMIT):
+                return None
+            value = record_value(record)
+            if value is None or len(value) < _MARKER_VALUE.size:
+                return None
+            return TxnMarker(control_type == CONTROL_COMMIT, _MARKER_VALUE.unpack_from(value, 0)[1])
+    except ValueError:
+        return None
+    return None

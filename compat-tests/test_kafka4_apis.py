@@ -229,5 +229,8 @@ def test_feature_levels_shared_by_a_zookeeper_cluster_in_the_feature_znode(tmp_p
         finally:
             zk.stop()
             zk.close()
-        assert json.loads(data) == {"version": 2, "status": 1, "features": {
-            METADATA_VERSION: {"min_version_level": 1, "max_version_level": 26}}}
+        stored = json.loads(data)
+        assert (stored["version"], stored["status"]) == (2, 1)
+        # Every finalized feature is listed (the others keep their levels).
+        assert stored["features"][METADATA_VERSION] == {"min_version_level": 1, "max_version_level": 26}
+        assert all(level["max_version_level"] >= 1 for level in stored["features"].values())

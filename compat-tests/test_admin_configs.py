@@ -293,6 +293,10 @@ def test_read_only_broker_configs_and_bad_values_are_refused(broker):
     for name, entry, message in cases:
         error = alter_incrementally(broker, name, entry, restype=ResourceType.BROKER)
         assert (error.code(), error.str()) == (KafkaError.INVALID_REQUEST, message)
+    assert alter_cluster_default(broker, ("listener.name.x.ssl.key.password", SET, "secret")) == (
+        KafkaError.INVALID_REQUEST, "Unknown broker configs, not stored: Set(listener.name.x.ssl.key.password)")
+    assert alter_cluster_default(broker, ("ssl.key.password", SET, "secret")) == (
+        KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically: Set(ssl.key.password)")
     assert alter_cluster_default(broker, ("broker.id", SET, "7")) == (
         KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically: Set(broker.id)")
     assert alter_cluster_default(broker, ("log.retention.ms", SET, "1000"), name="1") == (

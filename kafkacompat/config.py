@@ -332,6 +332,7 @@ _BOOL, _STR, _INT, _SHORT, _LONG, _DOUBLE, _LIST = (
     ConfigType.DOUBLE,
     ConfigType.LIST,
 )
+_CLASS, _PASSWORD = ConfigType.CLASS, ConfigType.PASSWORD
 
 
 # Where Kafka 4.x changed a default from 3.x (KIP-1030), the 4.x value (the README names each).
@@ -381,10 +382,62 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Map between listener names and security protocols.", dynamic=True),
     _broker("controller.listener.names", _STR, None, HIGH,
             "Listener names used by the KRaft controller; never served to clients here."),
-    _broker("inter.broker.listener.name", _STR, None, MEDIUM, "Name of the listener used between brokers.",
-            applied=False),
+    _broker("inter.broker.listener.name", _STR, None, MEDIUM,
+            "Name of the listener used between brokers (replica fetchers connect to it)."),
     _broker("security.inter.broker.protocol", _STR, "PLAINTEXT", MEDIUM,
-            "Security protocol used between brokers.", one_of(*SECURITY_PROTOCOLS), applied=False),
+            "Security protocol used between brokers: names the inter-broker listener when "
+            "inter.broker.listener.name is unset.", one_of(*SECURITY_PROTOCOLS)),
+    # --- TLS (every key may also be set per listener: listener.name.<listener>.<key>) ---
+    _broker("ssl.keystore.type", _STR, "JKS", MEDIUM, "File format of the key store; kafkacompat reads PEM."),
+    _broker("ssl.keystore.location", _STR, None, HIGH, "The key store file: a PEM private key and certificate chain."),
+    _broker("ssl.keystore.password", _PASSWORD, None, HIGH, "Store password (PEM key stores have none)."),
+    _broker("ssl.keystore.certificate.chain", _PASSWORD, None, HIGH,
+            "The certificate chain in PEM, inline (ssl.keystore.type=PEM)."),
+    _broker("ssl.keystore.key", _PASSWORD, None, HIGH, "The private key in PEM, inline (ssl.keystore.type=PEM)."),
+    _broker("ssl.key.password", _PASSWORD, None, HIGH, "The password of an encrypted PKCS#8 private key."),
+    _broker("ssl.truststore.type", _STR, "JKS", MEDIUM, "File format of the trust store; kafkacompat reads PEM."),
+    _broker("ssl.truststore.location", _STR, None, HIGH, "The trust store file: PEM CA certificates."),
+    _broker("ssl.truststore.password", _PASSWORD, None, HIGH, "Store password (PEM trust stores have none)."),
+    _broker("ssl.truststore.certificates", _PASSWORD, None, HIGH, "Trusted certificates in PEM, inline."),
+    _broker("ssl.client.auth", _STR, "none", MEDIUM, "Client certificates: required, requested or none.",
+            one_of("required", "requested", "none")),
+    _broker("ssl.enabled.protocols", _LIST, "TLSv1.2,TLSv1.3", MEDIUM, "The TLS versions served."),
+    _broker("ssl.protocol", _STR, "TLSv1.3", MEDIUM, "The TLS protocol of the SSLContext."),
+    _broker("ssl.cipher.suites", _LIST, "", LOW, "Cipher suites (OpenSSL or IANA names); empty = the defaults."),
+    _broker("ssl.endpoint.identification.algorithm", _STR, "https", LOW,
+            "Host name verification of the inter-broker client; empty turns it off."),
+    _broker("ssl.principal.mapping.rules", _STR, "DEFAULT", LOW,
+            "Rules mapping a client certificate's distinguished name to a principal name."),
+    _broker("ssl.engine.factory.class", _CLASS, None, LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.keymanager.algorithm", _STR, "SunX509", LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.trustmanager.algorithm", _STR, "PKIX", LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.secure.random.implementation", _STR, None, LOW, "Accepted for compatibility.", applied=False),
+    # --- SASL ---
+    _broker("sasl.enabled.mechanisms", _LIST, "GSSAPI", MEDIUM,
+            "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."),
+    _broker("sasl.mechanism.inter.broker.protocol", _STR, "GSSAPI", MEDIUM,
+            "SASL mechanism the inter-broker client uses."),
+    _broker("sasl.jaas.config", _PASSWORD, None, MEDIUM,
+            "JAAS login context: PlainLoginModule user_<name>=\"<password>\" entries, the inter-broker "
+            "client's username/password."),
+    _broker("sasl.server.max.receive.size", _INT, "524288", LOW,
+            "The largest SASL token accepted before authentication."),
+    _broker("connections.max.reauth.ms", _LONG, "0", MEDIUM,
+            "Session lifetime of a SASL authentication (KIP-368); 0 = unlimited."),
+    _broker("connection.failed.authentication.delay.ms", _INT, "100", LOW,
+            "Delay before the answer to a failed authentication is sent and the connection closed.", at_least(0)),
+    _broker("principal.builder.class", _CLASS, None, MEDIUM, "Accepted for compatibility.", applied=False),
+    # --- delegation tokens ---
+    _broker("delegation.token.secret.key", _PASSWORD, None, MEDIUM,
+            "Secret that signs delegation tokens (the same on every broker); unset = tokens disabled."),
+    _broker("delegation.token.master.key", _PASSWORD, None, MEDIUM,
+            "Deprecated name of delegation.token.secret.key (used when that is unset)."),
+    _broker("delegation.token.max.lifetime.ms", _LONG, "604800000", MEDIUM,
+            "A token's maximum lifetime, beyond which it cannot be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.time.ms", _LONG, "86400000", MEDIUM,
+            "A token's validity before it must be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.check.interval.ms", _LONG, "3600000", LOW,
+            "Expired tokens are removed when next read here, not on a timer.", at_least(1), applied=False),
     _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default.",
             applied=False),
     _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default.",
@@ -874,6 +927,39 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class ServedListener:
+    """A listener this broker serves: where it binds, its security protocol, and what Metadata
+    tells the clients that connect to it (advertised.listeners' entry, else the bind address)."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def advertised(self, bound_port: int) -> tuple[str, int]:
+        """(host, port) for Metadata; port 0 stands for the bound port, a wildcard host for
+        ``localhost`` (what Kafka's shipped server.properties advertises)."""
+        port = self.advertised_port or bound_port
+        if self.advertised_host:
+            return self.advertised_host, port
+        return (self.host if self.host not in WILDCARD_HOSTS else "localhost"), port
+
+
+# Per-listener keys: listener.name.<listener, lower case>.[<sasl mechanism, lower case>.]<key>
+LISTENER_PREFIX = "listener.name."
+
+
 def parse_listeners(key: str, value: str | None) -> list[Listener]:
     """Parse a comma-separated listener list; names must be unique, ports in 0..65535."""
     if value is None or not value.strip():
@@ -883,6 +969,11 @@ def parse_listeners(key: str, value: str | None) -> list[Listener]:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError.invalid(key, value, f"Each listener must have a different name, repeated: {duplicates}")
+    if key == "listeners":
+        ports = [(listener.port, ":" in listener.host) for listener in listeners if listener.port]
+        repeated = sorted({port for port, ipv6 in ports if ports.count((port, ipv6)) > 1})
+        if repeated:
+            raise ConfigError.invalid(key, value, f"Each listener must have a different port, repeated: {repeated}")
     return listeners
 
 
@@ -982,19 +1073,23 @@ STATIC_HERE = frozenset({"listeners", "advertised.listeners", "listener.security
 
 def _dynamic_here(key: str) -> bool:
     known = BROKER_CONFIGS.get(key)
-    return known is not None and not known.read_only and key not in STATIC_HERE
+    return (known is not None and not known.read_only and key not in STATIC_HERE
+            and known.type is not ConfigType.PASSWORD)  # never stored in the clear
 
 
 def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
     """Kafka's DynamicBrokerConfig.validate: keys that need a restart ("Cannot update these configs
     dynamically: Set(...)"), then each value as the key's type and validator would read it.
-    Raises ConfigError; unknown keys pass (Kafka stores them for custom reconfigurables)."""
-    static_only = [key for key in props if key in BROKER_CONFIGS and not _dynamic_here(key)]
+    Raises ConfigError. Unlike Kafka, which stores unknown keys for custom reconfigurables (and
+    listener-prefixed ones, encrypted), an unknown key is refused: it could be a secret."""
+    unknown = [key for key in props if key not in BROKER_CONFIGS]
+    if unknown:
+        raise ConfigError(f"Unknown broker configs, not stored: Set({', '.join(unknown)})")
+    static_only = [key for key in props if not _dynamic_here(key)]
     if static_only:
         raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
     for key, value in props.items():
-        if key in BROKER_CONFIGS:
-            BROKER_CONFIGS[key].parse(value)
+        BROKER_CONFIGS[key].parse(value)
 
 
 def _usable_dynamic(props: Mapping[str, str]) -> dict[str, str]:
@@ -1055,18 +1150,20 @@ class BrokerConfig:
 
     def __init__(self, **settings: Any) -> None:
         flags = {name: settings.pop(name) for name in _FLAG_SETTINGS if name in settings}
+        listener_settings = settings.pop("listener_settings", _NO_OVERRIDES)
         unknown = sorted(set(settings) - set(_KEY_OF_ATTRIBUTE))
         if unknown:
             raise TypeError(f"BrokerConfig() got unknown settings: {', '.join(unknown)}")
         static = {_KEY_OF_ATTRIBUTE[name]: format_value(value) for name, value in settings.items() if value is not None}
         _apply_cli_flags(static, **flags)
-        self._configure(static)
+        self._configure(static, listener_settings)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BrokerConfig) and vars(self) == vars(other)
 
     def __repr__(self) -> str:
-        static = ", ".join(f"{key}={self.values[key]}" for key in sorted(self.values)
+        hidden = lambda key: BROKER_CONFIGS[key].type is ConfigType.PASSWORD  # noqa: E731 (never printed)
+        static = ", ".join(f"{key}={'[hidden]' if hidden(key) else self.values[key]}" for key in sorted(self.values)
                            if self.sources[key] == STATIC_BROKER_CONFIG)
         return f"BrokerConfig({static})"
 
@@ -1091,15 +1188,18 @@ class BrokerConfig:
         if config_file is not None:
             configured.update(load_properties(config_file))
         configured.update({str(key): str(value) for key, value in overrides.items()})
-        static: dict[str, str | None] = {key: value.strip() for key, value in _known_keys_only(configured).items()}
+        listener_settings = {key: value.strip() for key, value in configured.items() if key.startswith(LISTENER_PREFIX)}
+        static: dict[str, str | None] = {
+            key: value.strip() for key, value in _known_keys_only(configured).items()}
         _apply_cli_flags(
             static, host=host, port=port, data_dir=data_dir, broker_id=broker_id, advertised_host=advertised_host
         )
         config = cls.__new__(cls)
-        config._configure(static)
+        config._configure(static, listener_settings)
         return config
 
-    def _configure(self, static: Mapping[str, str | None]) -> None:
+    def _configure(self, static: Mapping[str, str | None],
+                   listener_settings: Mapping[str, str] = _NO_OVERRIDES) -> None:
         values = default_broker_values()
         sources = default_broker_sources()
         for key, value in static.items():
@@ -1107,15 +1207,21 @@ class BrokerConfig:
             sources[key] = STATIC_BROKER_CONFIG
         typed = {key: BROKER_CONFIGS[key].parse(value) for key, value in values.items()}
         broker_id = _reconcile_broker_and_node_id(values, sources, typed)
-        served, advertised, protocol = _resolve_listeners(typed)
+        typed["_inter_broker_protocol_set"] = sources["security.inter.broker.protocol"] == STATIC_BROKER_CONFIG
+        served, inter_broker = _resolve_listeners(typed)
+        del typed["_inter_broker_protocol_set"]
         _check_retention_ms(typed)
         self.__dict__.update({attribute: typed[key] for attribute, key in _ATTRIBUTE_KEYS.items()})
-        self.host = served.host or "0.0.0.0"
-        self.port = served.port
-        self.listener_name = served.name
-        self.security_protocol = protocol
-        self.advertised_host = (advertised.host or None) if advertised else None
-        self.advertised_port = advertised.port if advertised else None
+        first = served[0]
+        self.served_listeners = tuple(served)
+        self.inter_broker_listener = inter_broker
+        self.host = first.host
+        self.port = first.port
+        self.listener_name = first.name
+        self.security_protocol = first.protocol
+        self.advertised_host = first.advertised_host
+        self.advertised_port = first.advertised_port
+        self.listener_settings = _checked_listener_settings(listener_settings, served)
         self.data_dir = _resolve_data_dir(typed)
         self.broker_id = broker_id
         self.zookeeper_connect = typed["zookeeper.connect"] or None
@@ -1172,13 +1278,6 @@ class BrokerConfig:
                 "These settings are accepted for compatibility but have no effect in kafkacompat: %s",
                 ", ".join(f"{name}={value}" for name, value in ignored.items()),
             )
-        if self.security_protocol != "PLAINTEXT":
-            logger.warning(
-                "Listener %s is mapped to %s in listener.security.protocol.map, but kafkacompat speaks "
-                "PLAINTEXT only: clients must connect without TLS or SASL",
-                self.listener_name,
-                self.security_protocol,
-            )
 
     # -- topic defaults -------------------------------------------------------------------------
 
@@ -1228,6 +1327,23 @@ class BrokerConfig:
             return (raw if multiplier == 1 else str(int(raw) * multiplier)), broker_key
         return key.default or "", None
 
+    # -- per-listener settings -----------------------------------------------------------------
+
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """The typed value of a security ``key`` on ``listener``, with Kafka's precedence:
+        listener.name.<listener>.<mechanism>.<key>, listener.name.<listener>.<key>, then <key>."""
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        candidates = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        candidates.append(prefix + key)
+        for candidate in candidates:
+            if candidate in self.listener_settings:
+                return BROKER_CONFIGS[key].parse(self.listener_settings[candidate])
+        return BROKER_CONFIGS[key].parse(self.values[key])
+
+    def set_for_listener(self, listener: str, key: str) -> bool:
+        """Whether ``key`` is set with the listener.name.<listener>. prefix."""
+        return f"{LISTENER_PREFIX}{listener.lower()}.{key}" in self.listener_settings
+
     # -- addresses ------------------------------------------------------------------------------
 
     def advertised_endpoint(self) -> tuple[str, int]:
@@ -1257,6 +1373,8 @@ _ATTRIBUTE_KEYS: Mapping[str, str] = MappingProxyType(
 def _known_keys_only(configured: Mapping[str, str]) -> dict[str, str]:
     known = {}
     for key, value in configured.items():
+        if key.startswith(LISTENER_PREFIX):
+            continue  # per-listener settings: _checked_listener_settings
         if key in BROKER_CONFIGS:
             known[key] = value
         else:
@@ -1342,24 +1460,62 @@ def _reconcile_broker_and_node_id(
     return broker_id
 
 
-def _resolve_listeners(typed: Mapping[str, Any]) -> tuple[Listener, Listener | None, str]:
-    """(served listener, its advertised counterpart or None, its security protocol)."""
+def _resolve_listeners(typed: Mapping[str, Any]) -> tuple[list[ServedListener], ServedListener]:
+    """(the served listeners, first one first; the inter-broker listener). Listeners named in
+    controller.listener.names are not served: kafkacompat has no KRaft controller."""
     listeners = parse_listeners("listeners", typed["listeners"])
     if not listeners:
         raise ConfigError.invalid("listeners", typed["listeners"], "at least one listener is required")
-    index = _served_listener_index(listeners, _controller_listener_names(typed["controller.listener.names"]))
-    served = listeners[index]
-    if len(listeners) > 1:
-        ignored = [str(listener) for position, listener in enumerate(listeners) if position != index]
-        logger.warning("kafkacompat serves a single listener: using %s, ignoring %s", served, ", ".join(ignored))
-    protocol = _parse_protocol_map(typed["listener.security.protocol.map"]).get(served.name)
-    if protocol is None:
+    controller_names = _controller_listener_names(typed["controller.listener.names"])
+    _served_listener_index(listeners, controller_names)  # at least one left to serve
+    not_served = [str(listener) for listener in listeners if listener.name in controller_names]
+    if not_served:
+        logger.warning("kafkacompat has no KRaft controller: not serving %s (controller.listener.names)",
+                       ", ".join(not_served))
+    protocols = _parse_protocol_map(typed["listener.security.protocol.map"])
+    served = []
+    for listener in listeners:
+        if listener.name in controller_names:
+            continue
+        protocol = protocols.get(listener.name)
+        if protocol is None:
+            raise ConfigError.invalid(
+                "listener.security.protocol.map",
+                typed["listener.security.protocol.map"],
+                f"No security protocol defined for listener {listener.name}",
+            )
+        advertised = _advertised_for(listener, listeners, typed["advertised.listeners"])
+        served.append(ServedListener(listener.name, listener.host or "0.0.0.0", listener.port, protocol,
+                                     (advertised.host or None) if advertised else None,
+                                     advertised.port if advertised else None))
+    return served, _inter_broker_listener(typed, served)
+
+
+def _inter_broker_listener(typed: Mapping[str, Any], served: Sequence[ServedListener]) -> ServedListener:
+    """inter.broker.listener.name, else the listener named like security.inter.broker.protocol
+    (Kafka's rule); with neither set nor a PLAINTEXT listener, the first listener."""
+    by_name = {listener.name: listener for listener in served}
+    name = typed["inter.broker.listener.name"]
+    if name:
+        if typed.get("_inter_broker_protocol_set"):
+            raise ConfigError.invalid("inter.broker.listener.name", name,
+                                      "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                                      "should be set.")
+        if name.upper() not in by_name:
+            raise ConfigError.invalid(
+                "inter.broker.listener.name", name,
+                "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+                f"options based on currently configured listeners are {','.join(by_name)}")
+        return by_name[name.upper()]
+    protocol = typed["security.inter.broker.protocol"]
+    if protocol in by_name:
+        return by_name[protocol]
+    if typed.get("_inter_broker_protocol_set"):
         raise ConfigError.invalid(
-            "listener.security.protocol.map",
-            typed["listener.security.protocol.map"],
-            f"No security protocol defined for listener {served.name}",
-        )
-    return served, _advertised_for(served, listeners, typed["advertised.listeners"]), protocol
+            "security.inter.broker.protocol", protocol,
+            "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+            f"options based on currently configured listeners are {','.join(by_name)}")
+    return served[0]
 
 
 def _advertised_for(served: Listener, listeners: Sequence[Listener], value: str | None) -> Listener | None:
@@ -1375,6 +1531,30 @@ def _advertised_for(served: Listener, listeners: Sequence[Listener], value: str 
                 "advertised.listeners", value, "cannot use the nonroutable meta-address 0.0.0.0"
             )
     return next((listener for listener in advertised if listener.name == served.name), None)
+
+
+_MECHANISM_PREFIX = re.compile(r"(?:gssapi|plain|scram-sha-256|scram-sha-512|oauthbearer)\.")
+
+
+def _checked_listener_settings(settings: Mapping[str, str], served: Sequence[ServedListener]) -> dict[str, str]:
+    """The listener.name.<listener>.[<mechanism>.]<key> settings whose listener is served and whose
+    key is a broker key (each value validated as that key); others are warned about and ignored."""
+    names = {listener.name.lower() for listener in served}
+    checked = {}
+    for setting, value in settings.items():
+        listener, _, key = setting[len(LISTENER_PREFIX):].partition(".")
+        mechanism = _MECHANISM_PREFIX.match(key)
+        base_key = key[mechanism.end():] if mechanism else key
+        if listener not in names or base_key not in BROKER_CONFIGS:
+            logger.warning("Ignoring %r: %s", setting, f"no listener {listener.upper()} is served"
+                           if listener not in names else f"{base_key!r} is not a broker config kafkacompat knows")
+            continue
+        try:
+            BROKER_CONFIGS[base_key].parse(value)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(base_key, setting, 1), key=setting, value=value) from None
+        checked[setting] = value
+    return checked
 
 
 def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:

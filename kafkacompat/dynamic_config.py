@@ -31,7 +31,7 @@ def apply_broker_configs(config: "BrokerConfig", replicas: "ReplicaManager", met
     changed = config.apply_dynamic(per_broker, cluster_default)
     if not changed:
         return
-    log.info("Dynamic broker configs applied: %s", ", ".join(f"{key}={config.values[key]}" for key in changed))
+    log.info("Dynamic broker configs applied: %s", ", ".join(changed))
     for topic in metadata.topics():
         replicas.refresh_topic_config(topic)
 

@@ -44,8 +44,10 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | 
 
 def _brokers(ctx: RequestContext) -> list:
     broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
-    return [broker_cls(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
-            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
+    listener = ctx.listener_name
+    return [broker_cls(broker_id=b.broker_id, host=host, port=port, rack=b.rack, is_fenced=False)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)
+            for host, port in [b.address(listener)]]
 
 
 @handles(DESCRIBE_CLUSTER, 0, 2)

@@ -437,7 +437,8 @@ async def _change_broker_configs(ctx: RequestContext, resource, edit, validate_o
     except StoreError as exc:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Changing broker configs failed: the metadata store is "
                                                          f"not available ({exc}); retry") from None
-    log.warning("Dynamic configs of broker %s are now %s", resource.resource_name or "<default>", updated or "none")
+    log.warning("Dynamic configs of broker %s changed by %s; set now: %s", resource.resource_name or "<default>",
+                ctx.client_id, ", ".join(sorted(updated)) or "none")
     apply_broker_configs(ctx.config, ctx.replicas, ctx.metadata, per_broker, cluster_default)
 
 

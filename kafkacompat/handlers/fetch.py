@@ -333,4 +333,4 @@ def _leader_endpoints(ctx: RequestContext, topics: list[FetchTopicResult]) -> li
     if ctx.version < 16:
         return None
     leaders = {p.current_leader[0] for t in topics for p in t.partitions if p.current_leader is not None}
-    return ctx.replicas.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders, ctx.listener_name) if leaders else None

@@ -78,7 +78,7 @@ async def _find_group_coordinator(ctx: RequestContext, key: str) -> tuple[int, i
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if state.leader == ctx.metadata.node_id and groups.loading:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
-    return ErrorCode.NONE, info.broker_id, info.host, info.port
+    return ErrorCode.NONE, info.broker_id, *info.address(ctx.listener_name)
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:

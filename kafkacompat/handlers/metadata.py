@@ -77,8 +77,10 @@ def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index:
 
 def broker_list(ctx: RequestContext) -> list:
     cls = response_class(METADATA).MetadataResponseBroker
-    return [cls(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
+    listener = ctx.listener_name
+    return [cls(node_id=b.broker_id, host=host, port=port, rack=b.rack)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)
+            for host, port in [b.address(listener)]]
 
 
 @handles(METADATA, 0, 13)

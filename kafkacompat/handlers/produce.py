@@ -164,7 +164,7 @@ def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) ->
     if ctx.version < 10:
         return None
     leaders = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
-    return ctx.replicas.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders, ctx.listener_name) if leaders else None
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from kafkacompat.fetch_sessions import FetchSessionCache
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.replication.manager import ReplicaManager
+    from kafkacompat.security.credentials import ScramCredentialStore
+    from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
     from kafkacompat.transactions.coordinator import TransactionCoordinator
@@ -48,6 +50,8 @@ class Services:
     # KIP-890: asked before a transactional batch starts a transaction on a partition.
     txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
     transactions: "TransactionCoordinator | None" = None
+    credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
+    tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
 
 
 @dataclass(slots=True)
@@ -91,6 +95,11 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (what Metadata advertises back), None in-process."""
+        return self.connection.listener_name if self.connection is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -74,7 +74,7 @@ async def find_transaction_coordinator(ctx: RequestContext, key: str) -> tuple[i
     info = ctx.metadata.brokers().get(state.leader) if state is not None else None
     if info is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, info.broker_id, info.host, info.port
+    return ErrorCode.NONE, info.broker_id, *info.address(ctx.listener_name)
 
 
 # ---- InitProducerId (transactional) ------------------------------------------------------------

@@ -252,10 +252,150 @@ def test_incremental_unknown_topic(broker, topic_name):
     assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
 
 
-def test_broker_configs_cannot_be_altered(broker):
-    error = alter_incrementally(broker, "0", op("num.partitions", "3", AlterConfigOpType.SET),
-                                restype=ResourceType.BROKER)
-    assert error.code() == KafkaError.INVALID_REQUEST
+# ---- dynamic broker configs ---------------------------------------------------------------------
+
+DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG_ID, DEFAULT_CONFIG_ID = 2, 3, 4, 5
+
+
+def store_nodes(broker) -> dict:
+    path = broker.data_dir / "metadata-store.json"
+    return json.loads(path.read_text())["nodes"] if path.exists() else {}
+
+
+SET, DELETE = 0, 1
+
+
+def alter_cluster_default(broker, *configs: tuple[str, int, str | None], name: str = "") -> tuple[int, str | None]:
+    """IncrementalAlterConfigs on the BROKER resource "" (the cluster default), which librdkafka and
+    kafka-python cannot name (Kafka's Java admin and kafka-configs --entity-default can)."""
+    resource_cls = request_class(INCREMENTAL_ALTER_CONFIGS).AlterConfigsResource
+    config_cls = resource_cls.AlterableConfig
+    resource = resource_cls(resource_type=BROKER, resource_name=name,
+                            configs=[config_cls(name=n, config_operation=o, value=v) for n, o, v in configs])
+    (result,) = raw_call(broker, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[resource]).responses
+    return result.error_code, result.error_message
+
+
+def described_cluster_default(broker) -> dict[str, tuple[str, int, list]]:
+    (result,) = raw_describe(broker, 4, (BROKER, "", None))
+    assert result.error_code == 0
+    return {c.name: (c.value, c.config_source, [(s.name, s.value, s.source) for s in c.synonyms])
+            for c in result.configs}
+
+
+def test_read_only_broker_configs_and_bad_values_are_refused(broker):
+    cases = [
+        ("0", op("num.partitions", "3", AlterConfigOpType.SET),
+         "Cannot update these configs dynamically: Set(num.partitions)"),
+        ("0", op("log.retention.ms", "soon", AlterConfigOpType.SET),
+         "Invalid value soon for configuration log.retention.ms: Not a number of type LONG"),
+    ]
+    for name, entry, message in cases:
+        error = alter_incrementally(broker, name, entry, restype=ResourceType.BROKER)
+        assert (error.code(), error.str()) == (KafkaError.INVALID_REQUEST, message)
+    assert alter_cluster_default(broker, ("listener.name.x.ssl.key.password", SET, "secret")) == (
+        KafkaError.INVALID_REQUEST, "Unknown broker configs, not stored: Set(listener.name.x.ssl.key.password)")
+    assert alter_cluster_default(broker, ("ssl.key.password", SET, "secret")) == (
+        KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically: Set(ssl.key.password)")
+    assert alter_cluster_default(broker, ("broker.id", SET, "7")) == (
+        KafkaError.INVALID_REQUEST, "Cannot update these configs dynamically: Set(broker.id)")
+    assert alter_cluster_default(broker, ("log.retention.ms", SET, "1000"), name="1") == (
+        KafkaError.INVALID_REQUEST, "Unexpected broker id, expected 0, but received 1")
+    assert not any(path.startswith("/config/brokers") for path in store_nodes(broker))
+
+
+def test_dynamic_broker_configs_per_broker_and_cluster_default(broker, topic):
+    assert alter_cluster_default(broker, ("log.retention.ms", SET, "7200000"),
+                                 ("message.max.bytes", SET, "2000000")) == (0, None)
+    assert alter_incrementally(broker, "0", op("message.max.bytes", "3000000", AlterConfigOpType.SET),
+                               restype=ResourceType.BROKER) is None
+    configs = describe(broker, ResourceType.BROKER, "0")
+    assert (configs["message.max.bytes"].value, configs["message.max.bytes"].source) == (
+        "3000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert (configs["log.retention.ms"].value, configs["log.retention.ms"].source) == (
+        "7200000", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
+    (described,) = raw_describe(broker, 4, (BROKER, "0", ["message.max.bytes"]))
+    assert [(s.name, s.value, s.source) for s in described.configs[0].synonyms] == [
+        ("message.max.bytes", "3000000", DYNAMIC_BROKER_CONFIG), ("message.max.bytes", "2000000",
+                                                                  DYNAMIC_DEFAULT_BROKER_CONFIG),
+        ("message.max.bytes", "1048588", DEFAULT_CONFIG_ID)]
+    assert described_cluster_default(broker) == {
+        "log.retention.ms": ("7200000", DYNAMIC_DEFAULT_BROKER_CONFIG,
+                             [("log.retention.ms", "7200000", DYNAMIC_DEFAULT_BROKER_CONFIG)]),
+        "message.max.bytes": ("2000000", DYNAMIC_DEFAULT_BROKER_CONFIG,
+                              [("message.max.bytes", "2000000", DYNAMIC_DEFAULT_BROKER_CONFIG)])}
+    # A topic without its own max.message.bytes takes the broker's new message.max.bytes.
+    topic_configs = describe(broker, ResourceType.TOPIC, topic)
+    assert (topic_configs["max.message.bytes"].value, topic_configs["max.message.bytes"].source) == (
+        "3000000", ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert topic_configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value  # its override still wins
+    nodes = store_nodes(broker)
+    assert json.loads(nodes["/config/brokers/<default>"]["data"]) == {
+        "version": 1, "config": {"log.retention.ms": "7200000", "message.max.bytes": "2000000"}}
+    assert json.loads(nodes["/config/brokers/0"]["data"]) == {"version": 1, "config": {"message.max.bytes": "3000000"}}
+    changes = sorted(path for path in nodes if path.startswith("/config/changes/config_change_"))
+    assert [json.loads(nodes[path]["data"]) for path in changes] == [
+        {"version": 2, "entity_path": "brokers/<default>"}, {"version": 2, "entity_path": "brokers/0"}]
+    broker.restart()
+    assert describe(broker, ResourceType.BROKER, "0")["message.max.bytes"].source == (
+        ConfigSource.DYNAMIC_BROKER_CONFIG.value)
+    assert alter_incrementally(broker, "0", op("message.max.bytes", None, AlterConfigOpType.DELETE),
+                               restype=ResourceType.BROKER) is None
+    assert describe(broker, ResourceType.BROKER, "0")["message.max.bytes"].value == "2000000"  # the default again
+
+
+def test_dynamic_log_segment_bytes_reaches_topics_without_override(broker, topic_name):
+    admin(broker).create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(timeout=TIMEOUT)
+    assert alter_cluster_default(broker, ("log.segment.bytes", SET, "1024")) == (0, None)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for _ in range(20):
+        producer.produce(topic_name, value=b"x" * 200, partition=0)
+        producer.flush(TIMEOUT)
+    assert len(list((broker.data_dir / f"{topic_name}-0").glob("*.log"))) > 1
+
+
+def test_kafka_python_legacy_alter_configs_on_a_broker_and_raw_replacement(broker):
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource as KConfigResource
+    from kafka.admin import ConfigResourceType
+
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        configs = {"log.cleaner.threads": "2", "log.retention.bytes": "1000000"}
+        response = client.alter_configs([KConfigResource(ConfigResourceType.BROKER, "0", configs=configs)],
+                                        incremental=False)
+        assert response == {"broker": {"0": "OK"}}
+    finally:
+        client.close()
+    configs = describe(broker, ResourceType.BROKER, "0")
+    assert {k: (configs[k].value, configs[k].source) for k in ("log.cleaner.threads", "log.retention.bytes")} == {
+        "log.cleaner.threads": ("2", DYNAMIC_BROKER_CONFIG), "log.retention.bytes": ("1000000", DYNAMIC_BROKER_CONFIG)}
+    # AlterConfigs replaces the resource's whole dynamic config.
+    resource_cls = request_class(ALTER_CONFIGS).AlterConfigsResource
+    resource = resource_cls(resource_type=BROKER, resource_name="0", configs=[
+        resource_cls.AlterableConfig(name="log.retention.bytes", value="5")])
+    (result,) = raw_call(broker, ALTER_CONFIGS, 2, validate_only=False, resources=[resource]).responses
+    assert (result.error_code, result.error_message) == (0, None)
+    configs = describe(broker, ResourceType.BROKER, "0")
+    assert (configs["log.retention.bytes"].value, configs["log.retention.bytes"].source) == (
+        "5", DYNAMIC_BROKER_CONFIG)
+    assert configs["log.cleaner.threads"].source == DEFAULT_CONFIG_ID
+
+
+def test_dynamic_broker_default_reaches_every_broker_of_a_zookeeper_cluster(tmp_path):
+    import time
+
+    from cluster import ZooKeeperCluster
+
+    with ZooKeeperCluster(tmp_path, brokers=2) as cluster:
+        first, second = cluster.brokers[0], cluster.brokers[1]
+        assert alter_cluster_default(first, ("log.retention.ms", SET, "7200000")) == (0, None)
+        deadline = time.monotonic() + 15
+        while describe(second, ResourceType.BROKER, "1")["log.retention.ms"].value != "7200000":
+            assert time.monotonic() < deadline, "broker 1 never applied the cluster default"
+            time.sleep(0.1)
+        assert describe(second, ResourceType.BROKER, "1")["log.retention.ms"].source == (
+            ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value)
 
 
 def test_altered_configs_persist_and_reach_the_log(broker, topic):

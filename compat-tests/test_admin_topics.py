@@ -283,6 +283,55 @@ def test_kafka_python_delete_topics(broker, topic_name):
     assert partition_dirs(broker, topic_name) == []
 
 
+def test_kafka_python_as_a_kafka_0_10_1_client_creates_and_deletes(broker, topic_name):
+    """An admin client of Kafka 0.10.1's era sends CreateTopics v0 and DeleteTopics v0 (served until Kafka 4)."""
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic as KNewTopic
+    from kafka.errors import IncompatibleBrokerVersion, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap, api_version=(0, 10, 1))
+    try:
+        with pytest.raises(IncompatibleBrokerVersion):  # the client holds to Kafka 0.10.1's CreateTopics v0
+            client.create_topics([KNewTopic(topic_name, 2, 1)], validate_only=True)
+        response = client.create_topics([KNewTopic(topic_name, 2, 1, topic_configs={"retention.ms": "5000"})])
+        assert [(r["name"], r["error_code"]) for r in response["topics"]] == [(topic_name, 0)]
+        with pytest.raises(TopicAlreadyExistsError):
+            client.create_topics([KNewTopic(topic_name, 2, 1)])
+        assert partition_count(broker, topic_name) == 2
+        response = client.delete_topics([topic_name])
+        assert [(r["name"], r["error_code"]) for r in response["topics"]] == [(topic_name, 0)]
+        with pytest.raises(UnknownTopicOrPartitionError):
+            client.delete_topics([topic_name])
+    finally:
+        client.close()
+    assert partition_dirs(broker, topic_name) == []
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_create_topics_v0_v1_raw(broker, topic_name, version):
+    """v0 has neither validate_only nor error messages; v1 adds both (validate_only creates nothing)."""
+    fields = {"validate_only": True} if version == 1 else {}
+    response = raw_call(broker, CREATE_TOPICS, version, topics=[creatable(topic_name, 3)], timeout_ms=10000, **fields)
+    assert [(r.name, r.error_code) for r in response.topics] == [(topic_name, 0)]
+    assert partition_count(broker, topic_name) == (None if version == 1 else 3)
+    again = raw_call(broker, CREATE_TOPICS, version, topics=[creatable(topic_name, 3), creatable("bad/name")],
+                     timeout_ms=10000)
+    codes = {r.name: r.error_code for r in again.topics}
+    if version == 0:
+        assert codes == {topic_name: KafkaError.TOPIC_ALREADY_EXISTS, "bad/name": KafkaError.TOPIC_EXCEPTION}
+    else:
+        assert codes == {topic_name: 0, "bad/name": KafkaError.TOPIC_EXCEPTION}
+        assert all(r.error_message for r in again.topics if r.error_code)
+
+
+def test_delete_topics_v0_raw(broker, topic_name):
+    assert create(broker, NewTopic(topic_name, 1, 1)) == {topic_name: 0}
+    response = raw_call(broker, DELETE_TOPICS, 0, topic_names=[topic_name, topic_name + "-missing"], timeout_ms=10000)
+    assert {r.name: r.error_code for r in response.responses} == {
+        topic_name: 0, topic_name + "-missing": KafkaError.UNKNOWN_TOPIC_OR_PART}
+    assert partition_dirs(broker, topic_name) == []
+
+
 # ---- CreatePartitions --------------------------------------------------------------------------
 
 

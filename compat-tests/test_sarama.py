@@ -848,6 +848,25 @@ def test_admin_describe_config(sarama_cli, broker, topic_name):
     assert sarama_constant["error"]["message"] == "Unexpected resource type UNKNOWN for resource 0"
 
 
+@pytest.mark.parametrize("version", ["0.10.2.0", "0.11.0.0"], ids=["CreateTopics-v0-DeleteTopics-v0",
+                                                                     "CreateTopics-v1-DeleteTopics-v1"])
+def test_admin_of_old_kafka_versions_creates_and_deletes_topics(sarama_cli, broker, topic_name, version):
+    """Sarama's ClusterAdmin at Kafka 0.10.2 sends CreateTopics and DeleteTopics v0 (served until Kafka 4)."""
+    lines = admin_ops(
+        sarama_cli, broker,
+        {"op": "createTopic", "topic": topic_name, "partitions": 2, "replicationFactor": 1,
+         "configs": {"retention.ms": "3600000"}},
+        {"op": "createTopic", "topic": topic_name, "partitions": 2, "replicationFactor": 1},
+        {"op": "describeTopics", "topics": [topic_name]},
+        {"op": "deleteTopic", "topic": topic_name},
+        {"op": "deleteTopic", "topic": topic_name},
+        version=version,
+    )
+    assert [error_code(line) for line in lines] == [None, TOPIC_ALREADY_EXISTS, None, None,
+                                                    UNKNOWN_TOPIC_OR_PARTITION]
+    assert [p["id"] for p in lines[2]["result"][0]["partitions"]] == [0, 1]
+
+
 def test_admin_list_topics(sarama_cli, broker, topic_name):
     """ListTopics is Metadata then DescribeConfigs v0 for every topic (non-default configs)."""
     create_topic(broker.bootstrap, topic_name, partitions=3, config={"retention.ms": "3600000"})

@@ -281,6 +281,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly. The port is bound first (a
     cluster member registers its address), but nothing is accepted before the broker has joined
     its cluster: no request sees a broker that is half there."""
+    from kafkacompat.dynamic_config import DynamicBrokerConfigs
     from kafkacompat.security.listeners import inter_broker_credentials, listener_security
     from kafkacompat.server import serve_listener
 
@@ -305,6 +306,9 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             if broker.authorizer is not None:
                 await nursery.start(broker.authorizer.run)
             nursery.start_soon(broker.quotas.run)
+            dynamic_configs = DynamicBrokerConfigs(broker.config, broker.admin.broker_config_store(), broker.replicas,
+                                                   broker.metadata)
+            await nursery.start(dynamic_configs.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)

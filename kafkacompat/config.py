@@ -1,7 +1,8 @@
 """Broker configuration: Kafka's server.properties keys, topic-level configs, and one BrokerConfig.
 
 Three data-driven tables describe what this broker understands, one entry per key, with Kafka's
-names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs) and validation:
+names, types, defaults (as Kafka 3.9 reports them in DescribeConfigs, except the few Kafka 4.x
+changed: ``KAFKA_4_DEFAULTS``) and validation:
 
 - ``BROKER_CONFIGS``: broker keys (``server.properties``), each with the topic-level config it
   supplies the default for, if any (``log.segment.bytes`` -> ``segment.bytes``).
@@ -42,13 +43,15 @@ logger = logging.getLogger("kafkacompat.config")
 # Config sources as DescribeConfigs reports them (DescribeConfigsResponse ConfigSource ids).
 DEFAULT_CONFIG = "DEFAULT_CONFIG"
 STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
+DYNAMIC_BROKER_CONFIG = "DYNAMIC_BROKER_CONFIG"
+DYNAMIC_DEFAULT_BROKER_CONFIG = "DYNAMIC_DEFAULT_BROKER_CONFIG"
 TOPIC_CONFIG = "TOPIC_CONFIG"
 CONFIG_SOURCE_IDS: Mapping[str, int] = MappingProxyType(
     {
         "UNKNOWN_CONFIG": 0,
         TOPIC_CONFIG: 1,
-        "DYNAMIC_BROKER_CONFIG": 2,
-        "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+        DYNAMIC_BROKER_CONFIG: 2,
+        DYNAMIC_DEFAULT_BROKER_CONFIG: 3,
         STATIC_BROKER_CONFIG: 4,
         DEFAULT_CONFIG: 5,
         "DYNAMIC_BROKER_LOGGER_CONFIG": 6,
@@ -332,6 +335,15 @@ _BOOL, _STR, _INT, _SHORT, _LONG, _DOUBLE, _LIST = (
 _CLASS, _PASSWORD = ConfigType.CLASS, ConfigType.PASSWORD
 
 
+# Where Kafka 4.x changed a default from 3.x (KIP-1030), the 4.x value (the README names each).
+# Kafka 4.0 also raised segment.bytes' minimum to 1 MiB; kafkacompat keeps 3.x's 14 bytes (small
+# segments are how its tests reach segment rolls, compaction and retention quickly).
+KAFKA_4_DEFAULTS: Mapping[str, str] = MappingProxyType({
+    "log.message.timestamp.after.max.ms": str(MS_PER_HOUR),  # 3.x: Long.MAX_VALUE
+    "num.recovery.threads.per.data.dir": "2",  # 3.x: 1
+})
+
+
 def _broker(
     name: str,
     config_type: ConfigType,
@@ -432,6 +444,8 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             applied=False),
     _broker("socket.request.max.bytes", _INT, "104857600", HIGH,
             "The maximum number of bytes in a socket request.", at_least(1)),
+    _broker("max.request.partition.size.limit", _INT, "2000", MEDIUM,
+            "Max partitions in one DescribeTopicPartitions response (KIP-966).", at_least(1)),
     _broker("socket.listen.backlog.size", _INT, "50", MEDIUM, "Max pending connections on the socket.", at_least(1),
             applied=False),
     _broker("max.connections", _INT, INT_MAX, MEDIUM, "Max connections allowed in the broker.", at_least(0),
@@ -525,7 +539,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("log.message.timestamp.before.max.ms", _LONG, LONG_MAX, MEDIUM,
             "Max allowed age of a CreateTime timestamp relative to the broker's clock.", at_least(0),
             dynamic=True),
-    _broker("log.message.timestamp.after.max.ms", _LONG, LONG_MAX, MEDIUM,
+    _broker("log.message.timestamp.after.max.ms", _LONG, KAFKA_4_DEFAULTS["log.message.timestamp.after.max.ms"], MEDIUM,
             "Max allowed lead of a CreateTime timestamp over the broker's clock.", at_least(0), dynamic=True),
     _broker("log.message.timestamp.difference.max.ms", _LONG, LONG_MAX, MEDIUM,
             "Deprecated: max difference between record and broker timestamps.", at_least(0), dynamic=True),
@@ -537,7 +551,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Tiered storage: local retention time; -2 = log.retention.ms.", at_least(-2), dynamic=True),
     _broker("log.local.retention.bytes", _LONG, "-2", MEDIUM,
             "Tiered storage: local retention size; -2 = log.retention.bytes.", at_least(-2), dynamic=True),
-    _broker("num.recovery.threads.per.data.dir", _INT, "1", HIGH,
+    _broker("num.recovery.threads.per.data.dir", _INT, KAFKA_4_DEFAULTS["num.recovery.threads.per.data.dir"], HIGH,
             "Threads per data directory for log recovery at startup.", at_least(1), dynamic=True, applied=False),
     _broker("log.cleaner.enable", _BOOL, "true", MEDIUM, "Run the log cleaner (needed for compacted topics)."),
     _broker("log.cleaner.threads", _INT, "1", MEDIUM, "Background threads for log cleaning.", at_least(0),
@@ -755,7 +769,7 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
            None, "log.message.downconversion.enable"),
     _topic("message.format.version", _STR, "3.0-IV1", "Deprecated: message format version.",
            metadata_version, "log.message.format.version", applied=False),
-    _topic("message.timestamp.after.max.ms", _LONG, LONG_MAX, "Max lead of a CreateTime timestamp over the broker.",
+    _topic("message.timestamp.after.max.ms", _LONG, KAFKA_4_DEFAULTS["log.message.timestamp.after.max.ms"], "Max lead of a CreateTime timestamp over the broker.",
            at_least(0), "log.message.timestamp.after.max.ms"),
     _topic("message.timestamp.before.max.ms", _LONG, LONG_MAX, "Max age of a CreateTime timestamp at append.",
            at_least(0), "log.message.timestamp.before.max.ms"),
@@ -1109,6 +1123,51 @@ def _check_compaction_lags(typed: Mapping[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Dynamic broker configs.
+# ---------------------------------------------------------------------------------------------
+
+
+# Dynamic in Kafka (per broker) but bound at start-up here: the listeners are opened once.
+STATIC_HERE = frozenset({"listeners", "advertised.listeners", "listener.security.protocol.map"})
+
+
+def _dynamic_here(key: str) -> bool:
+    known = BROKER_CONFIGS.get(key)
+    return (known is not None and not known.read_only and key not in STATIC_HERE
+            and known.type is not ConfigType.PASSWORD)  # never stored in the clear
+
+
+def validate_dynamic_broker_configs(props: Mapping[str, str]) -> None:
+    """Kafka's DynamicBrokerConfig.validate: keys that need a restart ("Cannot update these configs
+    dynamically: Set(...)"), then each value as the key's type and validator would read it.
+    Raises ConfigError. Unlike Kafka, which stores unknown keys for custom reconfigurables (and
+    listener-prefixed ones, encrypted), an unknown key is refused: it could be a secret."""
+    unknown = [key for key in props if key not in BROKER_CONFIGS]
+    if unknown:
+        raise ConfigError(f"Unknown broker configs, not stored: Set({', '.join(unknown)})")
+    static_only = [key for key in props if not _dynamic_here(key)]
+    if static_only:
+        raise ConfigError(f"Cannot update these configs dynamically: Set({', '.join(static_only)})")
+    for key, value in props.items():
+        BROKER_CONFIGS[key].parse(value)
+
+
+def _usable_dynamic(props: Mapping[str, str]) -> dict[str, str]:
+    usable = {}
+    for key, value in props.items():
+        known = BROKER_CONFIGS.get(key)
+        if known is None or not _dynamic_here(key):
+            continue
+        try:
+            known.parse(value)
+        except ConfigError as exc:
+            logger.warning("Ignoring the dynamic broker config %s=%s from the metadata store: %s", key, value, exc)
+            continue
+        usable[key] = value
+    return usable
+
+
+# ---------------------------------------------------------------------------------------------
 # BrokerConfig.
 # ---------------------------------------------------------------------------------------------
 
@@ -1229,6 +1288,34 @@ class BrokerConfig:
         self.zookeeper_connect = typed["zookeeper.connect"] or None
         self.values = values
         self.sources = sources
+        self.static_values = dict(values)  # before any dynamic config (server.properties, --set, defaults)
+        self.static_sources = dict(sources)
+        self.dynamic_broker: dict[str, str] = {}  # /config/brokers/<this id>
+        self.dynamic_default: dict[str, str] = {}  # /config/brokers/<default>
+
+    # -- dynamic broker configs -----------------------------------------------------------------
+
+    def apply_dynamic(self, per_broker: Mapping[str, str], cluster_default: Mapping[str, str]) -> list[str]:
+        """Take the dynamic broker configs (AlterConfigs on BROKER resources): for a dynamic key
+        the per-broker value wins over the cluster default, which wins over server.properties.
+        Keys Kafka cannot change without a restart, unknown keys and bad values are ignored with
+        a warning (validate_dynamic_broker_configs refuses them before they are stored). Returns
+        the keys whose effective value changed."""
+        per_broker, cluster_default = _usable_dynamic(per_broker), _usable_dynamic(cluster_default)
+        changed = []
+        for key in set(self.dynamic_broker) | set(self.dynamic_default) | set(per_broker) | set(cluster_default):
+            if key in per_broker:
+                value, source = per_broker[key], DYNAMIC_BROKER_CONFIG
+            elif key in cluster_default:
+                value, source = cluster_default[key], DYNAMIC_DEFAULT_BROKER_CONFIG
+            else:
+                value, source = self.static_values[key], self.static_sources[key]
+            if self.values[key] != value:
+                changed.append(key)
+            self.values[key], self.sources[key] = value, source
+            setattr(self, BROKER_CONFIGS[key].attribute, BROKER_CONFIGS[key].parse(value))
+        self.dynamic_broker, self.dynamic_default = per_broker, cluster_default
+        return sorted(changed)
 
     # -- settings without effect ----------------------------------------------------------------
 

@@ -9,7 +9,9 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from kafkacompat.controller.broker_config_store import BrokerConfigStore
     from kafkacompat.controller.client_quotas import ClientQuotaStore
+    from kafkacompat.controller.feature_store import FinalizedFeatureStore
     from kafkacompat.controller.reassignment import Reassignment
     from kafkacompat.controller.state import BrokerInfo, PartitionState
     from kafkacompat.controller.topics import TopicInfo
@@ -74,6 +76,10 @@ class AdminOps(Protocol):
     async def refresh(self) -> None: ...
 
     def quota_store(self) -> "ClientQuotaStore": ...
+
+    def feature_store(self) -> "FinalizedFeatureStore": ...
+
+    def broker_config_store(self) -> "BrokerConfigStore": ...
 
 
 class IsrClient(Protocol):

@@ -9,7 +9,9 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
+from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.reassignment import Reassignment, invalid_target
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreWriteError
@@ -92,6 +94,7 @@ class LocalAdmin:
         self.config = config
         self.registry = registry
         self.replicas = replicas
+        self._features: FinalizedFeatureStore | None = None
 
     def create_topic_now(self, name: str, partitions: int, replication_factor: int,
                          configs: dict[str, str]) -> TopicInfo:
@@ -186,3 +189,15 @@ class LocalAdmin:
         from kafkacompat.controller.store import EmbeddedStore
 
         return ClientQuotaStore(EmbeddedStore(self.registry.tree))
+
+    def feature_store(self) -> FinalizedFeatureStore:
+        if self._features is None:
+            from kafkacompat.controller.store import EmbeddedStore
+
+            self._features = FinalizedFeatureStore(EmbeddedStore(self.registry.tree))
+        return self._features
+
+    def broker_config_store(self) -> BrokerConfigStore:
+        from kafkacompat.controller.store import EmbeddedStore
+
+        return BrokerConfigStore(EmbeddedStore(self.registry.tree))

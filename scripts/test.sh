@@ -19,6 +19,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 # gcc also builds kafkacompat's C accelerator (kafkacompat/wire/_validate.c) at pip install.
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 [ -e /usr/share/gocode/src/github.com/Shopify/sarama/sarama.go ] || missing+=(golang-github-shopify-sarama-dev)
+# kafka-go 0.2 (CreateTopics v0, message sets) for compat-tests/test_kafka_go.py.
+[ -e /usr/share/gocode/src/github.com/segmentio/kafka-go/conn.go ] || missing+=(golang-github-segmentio-kafka-go-dev)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 # the openssl command line makes the TLS tests' certificates (kafkacompat/testing/certs.py).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)

@@ -229,7 +229,7 @@ KAFKA_TOPIC_DEFAULTS = {
     "segment.ms": "604800000",
     "unclean.leader.election.enable": "false",
     "message.timestamp.before.max.ms": "9223372036854775807",
-    "message.timestamp.after.max.ms": "9223372036854775807",
+    "message.timestamp.after.max.ms": "3600000",  # Kafka 4.x (KIP-1030); 3.x: Long.MAX_VALUE
 }
 
 

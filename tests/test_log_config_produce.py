@@ -11,10 +11,13 @@ from kafkacompat.log import LogConfig
 INT64_MAX = 2**63 - 1
 
 
-def test_defaults_leave_every_batch_alone():
+def test_defaults_recompress_nothing_and_check_timestamps_at_most_an_hour_ahead():
     config = LogConfig()
     assert (config.compression_type, config.target_codec, config.target_level) == ("producer", -1, None)
-    assert not config.checks_timestamps and not config.reworks_batches
+    # Kafka 4.x's message.timestamp.after.max.ms (1 hour, KIP-1030): a header check per batch.
+    assert config.checks_timestamps and (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (
+        INT64_MAX, 3_600_000)
+    assert not LogConfig(message_timestamp_after_max_ms=INT64_MAX).reworks_batches
 
 
 @pytest.mark.parametrize("name, codec, level", [
@@ -22,7 +25,7 @@ def test_defaults_leave_every_batch_alone():
     ("zstd", 4, 3),
 ])
 def test_compression_type_names_the_target_codec_and_its_level(name, codec, level):
-    config = LogConfig.from_properties({"compression.type": name})
+    config = LogConfig.from_properties({"compression.type": name, "message.timestamp.after.max.ms": str(INT64_MAX)})
     assert (config.target_codec, config.target_level) == (codec, level)
     assert config.reworks_batches == (codec >= 0)
 
@@ -57,7 +60,7 @@ def test_timestamp_limits_fall_back_to_the_deprecated_difference_while_at_their_
                                         "message.timestamp.after.max.ms": "10"})
     assert (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (5000, 10)
     config = LogConfig.from_properties({"message.timestamp.before.max.ms": "7"})
-    assert (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (7, INT64_MAX)
+    assert (config.timestamp_before_max_ms, config.timestamp_after_max_ms) == (7, 3_600_000)  # Kafka 4.x's 1 hour
 
 
 def test_log_append_time_topics_check_no_record_timestamps():

@@ -24,3 +24,39 @@ def readme_versions() -> dict[int, tuple[int, int]]:
 def test_readme_lists_every_served_api_with_its_versions():
     served = {key: (low, high) for key, low, high in served_versions()}
     assert readme_versions() == served
+
+
+# Kafka 4.2's client-facing API keys: what clients, admin tools and the Java AdminClient send to
+# a broker (the inter-broker and controller-only APIs are left out: LeaderAndIsr, UpdateMetadata,
+# WriteTxnMarkers, the Raft and share-state RPCs, BrokerRegistration, ...).
+KAFKA_4_2_CLIENT_APIS = frozenset({
+    0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 28, 29, 30, 31, 32,
+    33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 55, 57, 60, 61, 64, 65, 66, 68,
+    69, 71, 72, 74, 75, 76, 77, 78, 79, 80, 81, 88, 89, 90, 91, 92,
+})
+NOT_SERVED = re.compile(r"client-facing APIs, not served yet.*?:(?P<list>.*?)\.\s+Served\s+below", re.S)
+
+
+def test_readme_names_every_kafka_4_2_client_api_not_served():
+    from kafkacompat.wire.messages import APIS
+
+    served = {key for key, _, _ in served_versions()}
+    match = NOT_SERVED.search(README.read_text())
+    assert match, "README lost its list of the Kafka 4.2 client-facing APIs not served yet"
+    named = {int(key): name for name, key in re.findall(r"([A-Za-z]+) \((\d+)\)", match["list"])}
+    missing = KAFKA_4_2_CLIENT_APIS - served
+    assert set(named) == missing, (
+        f"README's list of APIs not served yet must name exactly {sorted(missing)}: "
+        f"remove {sorted(set(named) - missing)}, add {sorted(missing - set(named))}")
+    assert all(APIS[key][0] == name for key, name in named.items())
+
+
+def test_readme_names_every_api_served_below_kafka_4_2s_newest_version():
+    from kafkacompat.wire.messages import APIS
+
+    below = {key for key, _, high in served_versions() if key in KAFKA_4_2_CLIENT_APIS and high < APIS[key][3]}
+    text = README.read_text()
+    listed = text[re.search(r"Served\s+below\s+Kafka\s+4\.2's\s+newest\s+version:", text).start():]
+    listed = listed[:listed.index("\n\n")]
+    named = {int(key): int(newest) for key, newest in re.findall(r"\((\d+), (?:4\.2: )?(\d+)\)", listed)}
+    assert named == {key: APIS[key][3] for key in below}

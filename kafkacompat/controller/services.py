@@ -6,7 +6,9 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from kafkacompat.controller.broker_config_store import BrokerConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
+from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.reassignment import Reassignment
 from kafkacompat.controller.state import BrokerInfo, PartitionState
 from kafkacompat.controller.store import StoreError
@@ -71,6 +73,7 @@ class ClusterAdmin:
     def __init__(self, config: "BrokerConfig", member: "ClusterMember") -> None:
         self.config = config
         self.member = member
+        self._features: FinalizedFeatureStore | None = None
 
     async def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str],
                            assignment: dict[int, list[int]] | None = None, *,
@@ -141,3 +144,11 @@ class ClusterAdmin:
 
     def quota_store(self) -> ClientQuotaStore:
         return ClientQuotaStore(self.member.store)
+
+    def feature_store(self) -> FinalizedFeatureStore:
+        if self._features is None:
+            self._features = FinalizedFeatureStore(self.member.store)
+        return self._features
+
+    def broker_config_store(self) -> BrokerConfigStore:
+        return BrokerConfigStore(self.member.store)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import struct
 
 from kafkacompat import features
+from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import REGISTRY, RequestContext, handles, response_for
 from kafkacompat.wire.errors import ErrorCode
 
 API_VERSIONS = 18
+
+log = logging.getLogger("kafkacompat.features")
 
 
 def served_versions() -> list[tuple[int, int, int]]:
@@ -20,6 +24,10 @@ async def handle_api_versions(request, ctx: RequestContext):
     from kafkacompat.wire.codec import response_class
 
     response = response_class(API_VERSIONS)
+    try:
+        await ctx.admin.feature_store().refresh()  # a store read only after UpdateFeatures changed the levels
+    except StoreError as exc:
+        log.info("ApiVersions answered with the last known feature levels: metadata store unavailable (%s)", exc)
     finalized = features.finalized_features()
     return response_for(
         API_VERSIONS,

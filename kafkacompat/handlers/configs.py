@@ -11,7 +11,11 @@ Alter follows ConfigAdminManager (the broker's pre-checks) and ConfigurationCont
 controller): duplicate keys and null values are INVALID_REQUEST, the resulting topic overrides
 are validated as a whole (INVALID_CONFIG), and only then is the topic's existence checked. New
 overrides are persisted in the topic registry and applied to the partitions' logs at once.
-Dynamic broker configs are not supported; log levels (BROKER_LOGGER) can be changed.
+BROKER resources (one broker's id, or "" for the cluster default) store dynamic broker configs in
+the metadata store (controller/broker_config_store.py, ZooKeeper mode's /config/brokers layout),
+applied without a restart (dynamic_config.py); keys Kafka cannot change dynamically are
+INVALID_REQUEST "Cannot update these configs dynamically". Log levels (BROKER_LOGGER) can be
+changed too.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from kafkacompat.config import (
     BROKER_CONFIGS,
     CONFIG_SOURCE_IDS,
     DEFAULT_CONFIG,
+    DYNAMIC_BROKER_CONFIG,
+    DYNAMIC_DEFAULT_BROKER_CONFIG,
     STATIC_BROKER_CONFIG,
     TOPIC_CONFIG,
     TOPIC_CONFIGS,
@@ -35,9 +41,12 @@ from kafkacompat.config import (
     broker_config_synonyms,
     default_broker_values,
     format_value,
+    validate_dynamic_broker_configs,
     validate_topic_configs,
 )
+from kafkacompat.controller.store import StoreError
 from kafkacompat.controller.topics import validate_topic_name
+from kafkacompat.dynamic_config import apply_broker_configs
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
@@ -93,17 +102,25 @@ def _broker_defaults() -> Mapping[str, str | None]:
     return MappingProxyType(default_broker_values())
 
 
-def _broker_key_synonyms(config: BrokerConfig, keys: list[str] | tuple[str, ...], sensitive: bool) -> list[Synonym]:
-    """Kafka's configSynonyms: the keys set statically, then those with a default, each in key
-    order; leading entries not named like the first key are dropped (Kafka's dropWhile)."""
+def _broker_key_synonyms(config: BrokerConfig, keys: list[str] | tuple[str, ...], sensitive: bool,
+                         *, per_broker: bool = True) -> list[Synonym]:
+    """Kafka's configSynonyms: the keys set dynamically for this broker, then as the cluster
+    default, then statically, then those with a default, each in key order; leading entries not
+    named like the first key are dropped (Kafka's dropWhile). Describing the cluster default
+    (``per_broker=False``) keeps only the cluster-default synonyms."""
     if not keys:
         return []
     defaults = _broker_defaults()
-    static = [Synonym(k, config.values.get(k), CONFIG_SOURCE_IDS[STATIC_BROKER_CONFIG])
-              for k in keys if config.sources.get(k) == STATIC_BROKER_CONFIG]
+    layers = [(config.dynamic_broker, DYNAMIC_BROKER_CONFIG), (config.dynamic_default, DYNAMIC_DEFAULT_BROKER_CONFIG)]
+    dynamic = [Synonym(k, values[k], CONFIG_SOURCE_IDS[source]) for values, source in layers for k in keys
+               if k in values]
+    static = [Synonym(k, config.static_values.get(k), CONFIG_SOURCE_IDS[STATIC_BROKER_CONFIG])
+              for k in keys if config.static_sources.get(k) == STATIC_BROKER_CONFIG]
     default = [Synonym(k, defaults[k], CONFIG_SOURCE_IDS[DEFAULT_CONFIG])
                for k in keys if defaults.get(k) is not None]
-    synonyms = static + default
+    synonyms = dynamic + static + default
+    if not per_broker:
+        synonyms = [s for s in synonyms if s.source == CONFIG_SOURCE_IDS[DYNAMIC_DEFAULT_BROKER_CONFIG]]
     while synonyms and synonyms[0].name != keys[0]:
         synonyms.pop(0)
     if sensitive:
@@ -142,6 +159,20 @@ def broker_config_entries(config: BrokerConfig) -> list[ConfigEntry]:
         source = synonyms[0].source if synonyms else CONFIG_SOURCE_IDS[DEFAULT_CONFIG]
         value = None if sensitive else config.values.get(name)
         entries.append(ConfigEntry(name, value, source, key.type.value, key.doc, key.read_only, sensitive, synonyms))
+    return entries
+
+
+def cluster_default_entries(config: BrokerConfig) -> list[ConfigEntry]:
+    """The BROKER resource "": only the keys set as the cluster-wide dynamic default (Kafka's
+    currentDynamicDefaultConfigs), with the cluster-default synonyms."""
+    entries = []
+    for name in sorted(config.dynamic_default):
+        key = BROKER_CONFIGS[name]
+        sensitive = key.type is ConfigType.PASSWORD
+        synonyms = _broker_key_synonyms(config, broker_config_synonyms(name), sensitive, per_broker=False)
+        value = None if sensitive else config.dynamic_default[name]
+        entries.append(ConfigEntry(name, value, CONFIG_SOURCE_IDS[DYNAMIC_DEFAULT_BROKER_CONFIG], key.type.value,
+                                   key.doc, key.read_only, sensitive, synonyms))
     return entries
 
 
@@ -216,7 +247,7 @@ def _describe_topic(ctx: RequestContext, name: str) -> list[ConfigEntry]:
 
 def _describe_broker(ctx: RequestContext, name: str) -> list[ConfigEntry]:
     if not name:
-        return []  # the cluster-wide dynamic defaults: there are none
+        return cluster_default_entries(ctx.config)
     if _broker_id_from(name) != ctx.metadata.node_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
@@ -367,18 +398,64 @@ def _current_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
     return dict(topic.configs) if topic is not None else {}
 
 
-def _refuse_broker_change(ctx: RequestContext, resource) -> None:
+def _check_broker_resource(ctx: RequestContext, resource) -> None:
     if resource.resource_name and _broker_id_from(resource.resource_name, "Node") != ctx.metadata.node_id:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
             f"Unexpected broker id, expected {ctx.metadata.node_id}, but received {resource.resource_name}",
         )
-    keys = ", ".join(config.name for config in resource.configs)
-    raise KafkaError(
-        ErrorCode.INVALID_REQUEST,
-        f"kafkacompat does not support dynamic broker configs ({keys}): set them in server.properties "
-        "or with --set and restart the broker",
-    )
+
+
+def _validated_broker_configs(props: dict[str, str]) -> dict[str, str]:
+    """Kafka's ConfigAdminManager.validateBrokerConfigChange: what fails validation is
+    INVALID_REQUEST (KAFKA-13609), with DynamicBrokerConfig's message."""
+    try:
+        validate_dynamic_broker_configs(props)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+    return props
+
+
+def _apply_broker_operation(props: dict[str, str], config) -> None:
+    name, op, value = config.name, config.config_operation, config.value
+    if op == SET:
+        props[name] = value
+    elif op == DELETE:
+        props.pop(name, None)
+    elif op in (APPEND, SUBTRACT):
+        key = BROKER_CONFIGS.get(name)
+        if key is None or key.type is not ConfigType.LIST:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST."
+            )
+        parts = _list_parts(props[name] if name in props else key.default)
+        for item in value.split(","):
+            if op == APPEND and item not in parts:
+                parts.append(item)
+            elif op == SUBTRACT and item in parts:
+                parts.remove(item)
+        props[name] = ",".join(parts)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+
+
+async def _change_broker_configs(ctx: RequestContext, resource, edit, validate_only: bool) -> None:
+    """Store the BROKER resource's new dynamic configs (validated as a whole), then apply them here
+    at once; the other brokers apply them when their watch fires."""
+    _check_broker_resource(ctx, resource)
+    store = ctx.admin.broker_config_store()
+    try:
+        if validate_only:
+            _validated_broker_configs(edit(await store.read(resource.resource_name)))
+            return
+        updated = await store.change(resource.resource_name, lambda current: _validated_broker_configs(edit(current)))
+        per_broker, cluster_default = await store.read(str(ctx.metadata.node_id)), await store.read("")
+    except StoreError as exc:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"Changing broker configs failed: the metadata store is "
+                                                         f"not available ({exc}); retry") from None
+    log.warning("Dynamic configs of broker %s changed by %s; set now: %s", resource.resource_name or "<default>",
+                ctx.client_id, ", ".join(sorted(updated)) or "none")
+    apply_broker_configs(ctx.config, ctx.replicas, ctx.metadata, per_broker, cluster_default)
 
 
 def _alter_broker_loggers(ctx: RequestContext, resource, validate_only: bool) -> None:
@@ -432,7 +509,12 @@ async def _alter_incrementally(ctx: RequestContext, resource, validate_only: boo
     if resource.resource_type == BROKER_LOGGER:
         _alter_broker_loggers(ctx, resource, validate_only)
     elif resource.resource_type == BROKER:
-        _refuse_broker_change(ctx, resource)
+        def edit(props: dict[str, str]) -> dict[str, str]:
+            for config in resource.configs:
+                _apply_broker_operation(props, config)
+            return props
+
+        await _change_broker_configs(ctx, resource, edit, validate_only)
     elif resource.resource_type == TOPIC:
         overrides = _current_overrides(ctx, resource.resource_name)
         for config in resource.configs:
@@ -446,7 +528,8 @@ async def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=False)
     if resource.resource_type == BROKER:
-        _refuse_broker_change(ctx, resource)
+        replacement = {config.name: config.value for config in resource.configs}
+        await _change_broker_configs(ctx, resource, lambda _current: dict(replacement), validate_only)
     elif resource.resource_type == TOPIC:
         overrides = {config.name: config.value for config in resource.configs}
         await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)

@@ -191,7 +191,7 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
             or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name))
 
 
-@handles(CREATE_TOPICS, 2, 7)
+@handles(CREATE_TOPICS, 0, 7)
 async def handle_create_topics(request, ctx: RequestContext):
     topic_cls = response_class(CREATE_TOPICS).CreatableTopicResult
     validate_only = bool(request.validate_only)
@@ -313,7 +313,7 @@ def _authorized_deletions(ctx: RequestContext, targets, to_delete: list[TopicInf
     return allowed, results + denied
 
 
-@handles(DELETE_TOPICS, 1, 6)
+@handles(DELETE_TOPICS, 0, 6)
 async def handle_delete_topics(request, ctx: RequestContext):
     result_cls = response_class(DELETE_TOPICS).DeletableTopicResult
     targets = _deletion_targets(request, ctx.version)

@@ -27,6 +27,10 @@ def _default(name: str) -> Any:
     return _parse(name, TOPIC_CONFIGS[name].default)
 
 
+_BEFORE_MAX_DEFAULT = _default("message.timestamp.before.max.ms")
+_AFTER_MAX_DEFAULT = _default("message.timestamp.after.max.ms")  # Kafka 4.x: 1 hour
+
+
 @dataclass
 class LogConfig:
     """The topic configs the log acts on; defaults are Kafka's."""
@@ -71,8 +75,9 @@ class LogConfig:
         # while they keep their default. Only CreateTime topics check record timestamps.
         before, after = self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms
         difference = self.message_timestamp_difference_max_ms
-        self.timestamp_before_max_ms = before if before != INT64_MAX else difference
-        self.timestamp_after_max_ms = after if after != INT64_MAX else difference
+        fallback = difference != INT64_MAX
+        self.timestamp_before_max_ms = difference if fallback and before == _BEFORE_MAX_DEFAULT else before
+        self.timestamp_after_max_ms = difference if fallback and after == _AFTER_MAX_DEFAULT else after
         self.checks_timestamps = not self.uses_log_append_time and (
             self.timestamp_before_max_ms != INT64_MAX or self.timestamp_after_max_ms != INT64_MAX)
         self.reworks_batches = self.target_codec >= 0 or self.checks_timestamps

@@ -1,0 +1,84 @@
+"""Dynamic broker configs in the metadata store, in ZooKeeper mode's layout:
+``/config/brokers/<id>`` (one broker) and ``/config/brokers/<default>`` (the cluster default),
+each ``{"version": 1, "config": {key: value}}``, and a sequential change notification
+``/config/changes/config_change_`` naming the entity (``{"version": 2, "entity_path": "brokers/<id>"}``),
+as Kafka's AdminZkClient.changeConfigs writes them. Every broker watches its two nodes and applies
+what changed without a restart (kafkacompat/config.py's BrokerConfig.apply_dynamic).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Callable
+
+from kafkacompat.controller.store import BadVersionError, NodeExistsError, NoNodeError, encode_json
+
+if TYPE_CHECKING:
+    from kafkacompat.controller.store import MetadataStore
+
+BROKERS_PATH = "/config/brokers"
+CHANGES_DIR = "/config/changes"
+CHANGES_PATH = f"{CHANGES_DIR}/config_change_"
+DEFAULT_ENTITY = "<default>"
+KEPT_NOTIFICATIONS = 100  # Kafka purges notifications after 15 minutes; here the newest are kept
+
+
+def entity_name(resource_name: str) -> str:
+    """A BROKER resource name ("" is the cluster default) as its node under /config/brokers."""
+    return resource_name or DEFAULT_ENTITY
+
+
+def _config_of(data: bytes | None) -> dict[str, str]:
+    if not data:
+        return {}
+    try:
+        config = json.loads(data).get("config") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(key): str(value) for key, value in config.items()}
+
+
+class BrokerConfigStore:
+    def __init__(self, store: "MetadataStore") -> None:
+        self.store = store
+
+    async def read(self, resource_name: str) -> dict[str, str]:
+        found = await self.store.get_or_none(f"{BROKERS_PATH}/{entity_name(resource_name)}")
+        return _config_of(found[0] if found else None)
+
+    async def change(self, resource_name: str, edit: Callable[[dict[str, str]], dict[str, str]]) -> dict[str, str]:
+        """Replace the entity's config with ``edit(current)`` by compare-and-set (edit again when
+        another writer came first), then post the change notification. Returns the new config."""
+        entity = entity_name(resource_name)
+        path = f"{BROKERS_PATH}/{entity}"
+        while True:
+            found = await self.store.get_or_none(path)
+            current = _config_of(found[0] if found else None)
+            updated = edit(dict(current))
+            if updated == current:
+                return current
+            data = encode_json({"version": 1, "config": updated})
+            try:
+                if found is None:
+                    await self.store.create(path, data, makepath=True)
+                else:
+                    await self.store.set(path, data, found[1])
+            except (BadVersionError, NodeExistsError):
+                continue
+            await self._notify(entity)
+            return updated
+
+    async def _notify(self, entity: str) -> None:
+        await self.store.create(CHANGES_PATH, encode_json({"version": 2, "entity_path": f"brokers/{entity}"}),
+                                sequential=True, makepath=True)
+        notifications = [name for name in await self.store.children_or_empty(CHANGES_DIR)
+                         if name.startswith("config_change_")]
+        for name in sorted(notifications)[:-KEPT_NOTIFICATIONS]:
+            try:
+                await self.store.delete(f"{CHANGES_DIR}/{name}")
+            except NoNodeError:
+                pass  # another broker purged it
+
+    async def watch(self, node_id: int, callback: Callable[[], None]) -> None:
+        for entity in (str(node_id), DEFAULT_ENTITY):
+            await self.store.watch(f"{BROKERS_PATH}/{entity}", callback)

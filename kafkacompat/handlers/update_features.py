@@ -16,6 +16,7 @@ from kafkacompat import features
 from kafkacompat.controller.feature_store import FeatureLevelConflict
 from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -107,6 +108,9 @@ async def _apply(ctx: RequestContext, updates: dict[str, tuple[int, int]], valid
 
 @handles(UPDATE_FEATURES, 0, 2)
 async def handle_update_features(request, ctx: RequestContext):
+    if not ctx.authorize_cluster(AclOperation.ALTER):  # Kafka: ALTER on the cluster
+        return response_for(UPDATE_FEATURES, ctx, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            error_message=None, results=[])
     updates = _updates(request, ctx.version)
     try:
         await _apply(ctx, updates, ctx.version >= 1 and bool(request.validate_only))

@@ -37,13 +37,14 @@ def shared_broker(tmp_path_factory):
     broker.kill()
 
 
-def produce(conn: RawConnection, topic: str, records: bytes, *, version: int = 9, acks: int = -1):
+def produce(conn: RawConnection, topic: str, records: bytes, *, version: int = 9, acks: int = -1,
+            transactional_id: str | None = None):
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
     data = ProduceRequest.TopicProduceData(
         name=topic, partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0,
                                                                                        records=bytes(records))])
-    request = ProduceRequest(acks=acks, timeout_ms=5000, topic_data=[data])
+    request = ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=5000, topic_data=[data])
     if acks == 0:
         conn.send_request(request, version)
         return None
@@ -78,7 +79,11 @@ def test_damaged_batch_is_refused_and_the_partition_stays_readable(shared_broker
     with RawConnection(shared_broker.bootstrap) as conn:
         seed = produce(conn, topic, dmg.batch(dmg.record(0, value=SEED), 1))
         assert (seed.error_code, seed.base_offset) == (0, 0)
-        refused = produce(conn, topic, damaged.build())
+        # Kafka authorizes a request carrying transactional batches by its transactional id
+        # before any batch is validated (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without one)
+        built = damaged.build()
+        transactional = len(built) > 22 and bool(built[22] & dmg.TRANSACTIONAL_FLAG)  # attributes, low byte
+        refused = produce(conn, topic, built, transactional_id="bad-records" if transactional else None)
         assert refused.error_code == damaged.code, refused.error_message
         assert refused.base_offset == -1 and refused.error_message
         if damaged.per_record:

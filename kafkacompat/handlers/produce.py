@@ -322,8 +322,10 @@ async def _verify_transactions(ctx: RequestContext, request: ProduceRequestData)
                 partition = _find_partition(ctx, topic.name, topic.topic_id, data.index)
             except KafkaError:
                 continue  # answered by the append path
-            if verify and partition.is_leader and partition.log.producer_state.needs_verification(
-                    header.producer_id, header.producer_epoch):
+            # Kafka verifies batches that have a producer id; one without is refused by the
+            # validation (INVALID_RECORD) before anything is asked
+            if verify and header.producer_id >= 0 and partition.is_leader and \
+                    partition.log.producer_state.needs_verification(header.producer_id, header.producer_epoch):
                 pending.append(((t, p), partition, header))
     if pending:
         await _ask_coordinator(ctx, request.transactional_id or "", pending, refusals, request.timeout_ms)

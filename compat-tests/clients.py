@@ -729,3 +729,41 @@ def init_producer_id(conn: RawConnection, version: int, transactional_id=None, p
     if version >= 3:
         fields.update(producer_id=producer_id, producer_epoch=epoch)
     return conn.call(InitProducerIdRequest(**fields), InitProducerIdResponse, version)
+
+
+def first_produce_error(conf: dict, topic: str) -> int | None:
+    """The error code of one message produced by a new confluent producer (None: acknowledged);
+    a new producer each time, as librdkafka remembers a topic's authorization failure."""
+    from confluent_kafka import KafkaException, Producer
+
+    producer = Producer({**conf, "message.timeout.ms": 5000})
+    outcome = []
+    try:
+        producer.produce(topic, b"v", on_delivery=lambda err, msg: outcome.append(err))
+    except KafkaException as exc:
+        return exc.args[0].code()
+    producer.flush(15)
+    assert len(outcome) == 1
+    return None if outcome[0] is None else outcome[0].code()
+
+
+def first_consume_error(conf: dict, topic: str, group: str, timeout: float = 15) -> int | None:
+    """The first error code a new confluent consumer in ``group`` meets subscribing to the topic
+    (None: it got a message)."""
+    from confluent_kafka import Consumer, KafkaError
+
+    consumer = Consumer({**conf, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is None:
+                return None
+            if msg.error().code() != KafkaError._PARTITION_EOF:
+                return msg.error().code()
+        raise AssertionError(f"the consumer of {topic} got neither a message nor an error")
+    finally:
+        consumer.close()

@@ -23,7 +23,11 @@ from kafkacompat.groups.offsets_log import OffsetsTopicLog
 from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
+from kafkacompat.quotas import ClientQuotaManager
 from kafkacompat.replication.manager import ReplicaManager
+from kafkacompat.controller.store import EmbeddedStore
+from kafkacompat.security.credentials import ScramCredentialStore
+from kafkacompat.security.tokens import DelegationTokens
 from kafkacompat.transactions.channel import BrokerChannel
 from kafkacompat.transactions.coordinator import TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
     from kafkacompat.controller.controller import ClusterMember
     from kafkacompat.controller.store import MetadataStore
     from kafkacompat.handlers.registry import Services
+    from kafkacompat.security.authorizer import Authorizer
     from kafkacompat.server import Connection
 
 log = logging.getLogger("kafkacompat.broker")
@@ -63,9 +68,27 @@ class Broker:
             self._build_single_node()
         self.groups = GroupCoordinator(config, self._offsets_log(), clustered=self.clustered)
         self.replicas.add_leadership_listener(self.groups)
+        self._embedded_store: "MetadataStore | None" = None
+        self.tokens = DelegationTokens(self._metadata_store,
+                                       config.delegation_token_secret_key or config.delegation_token_master_key,
+                                       config.delegation_token_max_lifetime_ms, config.delegation_token_expiry_time_ms)
+        self.credentials = ScramCredentialStore(self._metadata_store, self.tokens)
+        self.bound_ports: dict[str, int] = {}
+        self.authorizer = self._authorizer()
+        self.quotas = ClientQuotaManager(config, self.admin.quota_store)
         self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
         self._services = None
+
+    def _authorizer(self) -> "Authorizer | None":
+        """Kafka's authorizer.class.name selects it; the ACLs are in the metadata store (the data
+        dir's embedded store on a single node, the cluster's otherwise)."""
+        if not self.config.authorizer_class_name:
+            return None
+        from kafkacompat.security.authorizer import Authorizer
+
+        super_users = [user.strip() for user in (self.config.super_users or "").split(";") if user.strip()]
+        return Authorizer(self._metadata_store, super_users, self.config.allow_everyone_if_no_acl_found)
 
     def _build_single_node(self) -> None:
         from kafkacompat.single_node import LocalAdmin, LocalMetadata
@@ -74,7 +97,7 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, self.registry,
                                        lambda: self.metadata.brokers(), isr_client=None)
         self.metadata = LocalMetadata(self.identity, self.config, self.registry, self.replicas,
-                                      self.advertised_endpoint)
+                                      self.advertised_endpoint, self.advertised_endpoints)
         self.admin = LocalAdmin(self.config, self.registry, self.replicas)
         self.producer_ids = ProducerIdManager(self.node_id, FileBlockStore(self.data_dir))
 
@@ -86,7 +109,7 @@ class Broker:
         self.replicas = ReplicaManager(self.node_id, self.config, self.logs, cache, lambda: dict(cache.brokers),
                                        isr_client=AlterPartitionClient(store, cache, self.node_id))
         self.cluster = ClusterMember(self.identity, self.config, store, cache, self.replicas,
-                                     self.advertised_endpoint)
+                                     self.advertised_endpoint, self.advertised_endpoints)
         self.metadata = ClusterMetadata(self.identity, cache)
         self.admin = ClusterAdmin(self.config, self.cluster)
         # Producer ids are unique across the cluster: blocks come from the store's
@@ -105,9 +128,17 @@ class Broker:
 
         return OffsetsTopicLog(self.replicas.topics, self.replicas, create=create)
 
+    def _metadata_store(self) -> "MetadataStore":
+        """ZooKeeper in a cluster; the single node's embedded store (its tree exists once open)."""
+        if self.store is not None:
+            return self.store
+        if self._embedded_store is None:
+            self._embedded_store = EmbeddedStore(self.registry.tree)
+        return self._embedded_store
+
     def _build_transaction_coordinator(self) -> None:
         config = self.config
-        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms)
+        channel = BrokerChannel(self.node_id, self.metadata.brokers, config.request_timeout_ms, config)
         create = None
         if not self.clustered:
             def create():
@@ -157,6 +188,14 @@ class Broker:
         host, port = self.config.advertised_endpoint()
         return host, self.config.advertised_port or self.port
 
+    def advertised_endpoints(self) -> tuple[tuple[str, str, int], ...]:
+        """(listener, host, port) of every served listener, as Metadata advertises them."""
+        endpoints = []
+        for listener in self.config.served_listeners:
+            bound = self.bound_ports.get(listener.name, listener.port)
+            endpoints.append((listener.name, *listener.advertised(bound)))
+        return tuple(endpoints)
+
     def partition(self, topic: str, index: int):
         return self.replicas.partition(topic, index)
 
@@ -167,7 +206,8 @@ class Broker:
 
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
-                                      txn_verifier=self.txn_verifier, transactions=self.transactions)
+                                      credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
+                                      quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions)
         return self._services
 
     async def dispatch(
@@ -192,18 +232,30 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
     """Open the broker, serve until cancelled, then close it cleanly. The port is bound first (a
     cluster member registers its address), but nothing is accepted before the broker has joined
     its cluster: no request sees a broker that is half there."""
+    from kafkacompat.security.listeners import inter_broker_credentials, listener_security
     from kafkacompat.server import serve_listener
 
     broker.config.warn_about_settings_without_effect()
+    securities = [listener_security(broker.config, listener, broker.credentials.lookup)
+                  for listener in broker.config.served_listeners]
+    if broker.clustered:
+        inter_broker_credentials(broker.config)  # a missing broker login fails the start, not each fetch
     broker.open()
     try:
         async with trio.open_nursery() as nursery:
             accepting = trio.Event()
-            port = await nursery.start(partial(serve_listener, accepting=accepting), broker,
-                                       broker.config.host, broker.config.port)
+            for security in securities:
+                listener = security.listener
+                bound = await nursery.start(partial(serve_listener, accepting=accepting, security=security), broker,
+                                            listener.host, listener.port)
+                broker.bound_ports[listener.name] = bound
+            port = broker.bound_ports[broker.config.served_listeners[0].name]
             broker.port = port
             if broker.clustered:
                 await nursery.start(broker.join)
+            if broker.authorizer is not None:
+                await nursery.start(broker.authorizer.run)
+            nursery.start_soon(broker.quotas.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
@@ -211,9 +263,12 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()
+            others = "".join(f", {name} ({security.listener.protocol}) on {security.listener.host}:{bound}"
+                             for security in securities[1:]
+                             for name, bound in [(security.listener.name, broker.bound_ports[security.listener.name])])
             log.info(
-                "kafkacompat broker %d listening on %s:%d (advertised as %s:%d), data in %s",
-                broker.node_id, broker.config.host, port, host, advertised_port, broker.data_dir.resolve(),
+                "kafkacompat broker %d listening on %s:%d (advertised as %s:%d)%s, data in %s",
+                broker.node_id, broker.config.host, port, host, advertised_port, others, broker.data_dir.resolve(),
             )
             task_status.started(port)
     finally:

@@ -329,6 +329,7 @@ _BOOL, _STR, _INT, _SHORT, _LONG, _DOUBLE, _LIST = (
     ConfigType.DOUBLE,
     ConfigType.LIST,
 )
+_CLASS, _PASSWORD = ConfigType.CLASS, ConfigType.PASSWORD
 
 
 def _broker(
@@ -369,10 +370,62 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Map between listener names and security protocols.", dynamic=True),
     _broker("controller.listener.names", _STR, None, HIGH,
             "Listener names used by the KRaft controller; never served to clients here."),
-    _broker("inter.broker.listener.name", _STR, None, MEDIUM, "Name of the listener used between brokers.",
-            applied=False),
+    _broker("inter.broker.listener.name", _STR, None, MEDIUM,
+            "Name of the listener used between brokers (replica fetchers connect to it)."),
     _broker("security.inter.broker.protocol", _STR, "PLAINTEXT", MEDIUM,
-            "Security protocol used between brokers.", one_of(*SECURITY_PROTOCOLS), applied=False),
+            "Security protocol used between brokers: names the inter-broker listener when "
+            "inter.broker.listener.name is unset.", one_of(*SECURITY_PROTOCOLS)),
+    # --- TLS (every key may also be set per listener: listener.name.<listener>.<key>) ---
+    _broker("ssl.keystore.type", _STR, "JKS", MEDIUM, "File format of the key store; kafkacompat reads PEM."),
+    _broker("ssl.keystore.location", _STR, None, HIGH, "The key store file: a PEM private key and certificate chain."),
+    _broker("ssl.keystore.password", _PASSWORD, None, HIGH, "Store password (PEM key stores have none)."),
+    _broker("ssl.keystore.certificate.chain", _PASSWORD, None, HIGH,
+            "The certificate chain in PEM, inline (ssl.keystore.type=PEM)."),
+    _broker("ssl.keystore.key", _PASSWORD, None, HIGH, "The private key in PEM, inline (ssl.keystore.type=PEM)."),
+    _broker("ssl.key.password", _PASSWORD, None, HIGH, "The password of an encrypted PKCS#8 private key."),
+    _broker("ssl.truststore.type", _STR, "JKS", MEDIUM, "File format of the trust store; kafkacompat reads PEM."),
+    _broker("ssl.truststore.location", _STR, None, HIGH, "The trust store file: PEM CA certificates."),
+    _broker("ssl.truststore.password", _PASSWORD, None, HIGH, "Store password (PEM trust stores have none)."),
+    _broker("ssl.truststore.certificates", _PASSWORD, None, HIGH, "Trusted certificates in PEM, inline."),
+    _broker("ssl.client.auth", _STR, "none", MEDIUM, "Client certificates: required, requested or none.",
+            one_of("required", "requested", "none")),
+    _broker("ssl.enabled.protocols", _LIST, "TLSv1.2,TLSv1.3", MEDIUM, "The TLS versions served."),
+    _broker("ssl.protocol", _STR, "TLSv1.3", MEDIUM, "The TLS protocol of the SSLContext."),
+    _broker("ssl.cipher.suites", _LIST, "", LOW, "Cipher suites (OpenSSL or IANA names); empty = the defaults."),
+    _broker("ssl.endpoint.identification.algorithm", _STR, "https", LOW,
+            "Host name verification of the inter-broker client; empty turns it off."),
+    _broker("ssl.principal.mapping.rules", _STR, "DEFAULT", LOW,
+            "Rules mapping a client certificate's distinguished name to a principal name."),
+    _broker("ssl.engine.factory.class", _CLASS, None, LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.keymanager.algorithm", _STR, "SunX509", LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.trustmanager.algorithm", _STR, "PKIX", LOW, "Accepted for compatibility.", applied=False),
+    _broker("ssl.secure.random.implementation", _STR, None, LOW, "Accepted for compatibility.", applied=False),
+    # --- SASL ---
+    _broker("sasl.enabled.mechanisms", _LIST, "GSSAPI", MEDIUM,
+            "SASL mechanisms served: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER."),
+    _broker("sasl.mechanism.inter.broker.protocol", _STR, "GSSAPI", MEDIUM,
+            "SASL mechanism the inter-broker client uses."),
+    _broker("sasl.jaas.config", _PASSWORD, None, MEDIUM,
+            "JAAS login context: PlainLoginModule user_<name>=\"<password>\" entries, the inter-broker "
+            "client's username/password."),
+    _broker("sasl.server.max.receive.size", _INT, "524288", LOW,
+            "The largest SASL token accepted before authentication."),
+    _broker("connections.max.reauth.ms", _LONG, "0", MEDIUM,
+            "Session lifetime of a SASL authentication (KIP-368); 0 = unlimited."),
+    _broker("connection.failed.authentication.delay.ms", _INT, "100", LOW,
+            "Delay before the answer to a failed authentication is sent and the connection closed.", at_least(0)),
+    _broker("principal.builder.class", _CLASS, None, MEDIUM, "Accepted for compatibility.", applied=False),
+    # --- delegation tokens ---
+    _broker("delegation.token.secret.key", _PASSWORD, None, MEDIUM,
+            "Secret that signs delegation tokens (the same on every broker); unset = tokens disabled."),
+    _broker("delegation.token.master.key", _PASSWORD, None, MEDIUM,
+            "Deprecated name of delegation.token.secret.key (used when that is unset)."),
+    _broker("delegation.token.max.lifetime.ms", _LONG, "604800000", MEDIUM,
+            "A token's maximum lifetime, beyond which it cannot be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.time.ms", _LONG, "86400000", MEDIUM,
+            "A token's validity before it must be renewed.", at_least(1)),
+    _broker("delegation.token.expiry.check.interval.ms", _LONG, "3600000", LOW,
+            "Expired tokens are removed when next read here, not on a timer.", at_least(1), applied=False),
     _broker("socket.send.buffer.bytes", _INT, "102400", HIGH, "SO_SNDBUF of server sockets; -1 = OS default.",
             applied=False),
     _broker("socket.receive.buffer.bytes", _INT, "102400", HIGH, "SO_RCVBUF of server sockets; -1 = OS default.",
@@ -547,6 +600,29 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("group.initial.rebalance.delay.ms", _INT, "3000", MEDIUM,
             "Wait for more members before the first rebalance of an empty group."),
     _broker("group.max.size", _INT, INT_MAX, MEDIUM, "Maximum number of members in one group.", at_least(1)),
+    # KIP-848 consumer groups (group.protocol=consumer)
+    _broker("group.consumer.heartbeat.interval.ms", _INT, "5000", MEDIUM,
+            "Heartbeat interval given to consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.min.heartbeat.interval.ms", _INT, "5000", MEDIUM,
+            "Minimum heartbeat interval of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.max.heartbeat.interval.ms", _INT, "15000", MEDIUM,
+            "Maximum heartbeat interval of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.session.timeout.ms", _INT, "45000", MEDIUM,
+            "A consumer-protocol member is removed when it has not heartbeated for this long.", at_least(1)),
+    _broker("group.consumer.min.session.timeout.ms", _INT, "45000", MEDIUM,
+            "Minimum session timeout of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.max.session.timeout.ms", _INT, "60000", MEDIUM,
+            "Maximum session timeout of consumer-protocol members.", at_least(1)),
+    _broker("group.consumer.assignors", _LIST, "uniform,range", MEDIUM,
+            "Server-side assignors of consumer groups (uniform, range or their Kafka class names); "
+            "the first is the default.",
+            one_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
+                   "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
+    _broker("group.consumer.max.size", _INT, INT_MAX, MEDIUM, "Maximum number of members in one consumer group.",
+            at_least(1)),
+    _broker("group.consumer.migration.policy", _STR, "bidirectional", MEDIUM,
+            "Online migration between the classic and the consumer protocol: disabled, downgrade, upgrade or "
+            "bidirectional.", one_of("disabled", "downgrade", "upgrade", "bidirectional")),
     _broker("offset.metadata.max.bytes", _INT, "4096", HIGH, "Max size of the metadata of an offset commit."),
     _broker("offsets.load.buffer.size", _INT, "5242880", HIGH, "Read batch size when loading offsets.", at_least(1)),
     _broker("offsets.topic.replication.factor", _SHORT, "3", HIGH, "Replication factor of __consumer_offsets.",
@@ -589,6 +665,20 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "Producer state of an idle producer id expires after this long.", at_least(1), dynamic=True),
     _broker("producer.id.expiration.check.interval.ms", _INT, "600000", LOW,
             "How often expired producer ids are removed.", at_least(1)),
+    # --- authorizer (security/authorizer.py) and client quotas (quotas.py) ---
+    _broker("authorizer.class.name", _STR, "", LOW,
+            "The authorizer: Kafka's StandardAuthorizer or AclAuthorizer class name (both select kafkacompat's "
+            "ACL authorizer); empty = none, every client may do everything.",
+            one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                   "kafka.security.authorizer.AclAuthorizer")),
+    _broker("super.users", _STR, "", LOW,
+            "Principals allowed everything by the authorizer, ';'-separated (User:admin;User:broker)."),
+    _broker("allow.everyone.if.no.acl.found", _BOOL, "false", LOW,
+            "Whether the authorizer allows an operation on a resource that has no ACL at all."),
+    _broker("quota.window.num", _INT, "11", LOW, "The number of samples kept for client quota rates.",
+            at_least(1)),
+    _broker("quota.window.size.seconds", _INT, "1", LOW, "The time span of each client quota sample.",
+            at_least(1)),
 )
 
 
@@ -860,6 +950,39 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class ServedListener:
+    """A listener this broker serves: where it binds, its security protocol, and what Metadata
+    tells the clients that connect to it (advertised.listeners' entry, else the bind address)."""
+
+    name: str
+    host: str
+    port: int
+    protocol: str
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def advertised(self, bound_port: int) -> tuple[str, int]:
+        """(host, port) for Metadata; port 0 stands for the bound port, a wildcard host for
+        ``localhost`` (what Kafka's shipped server.properties advertises)."""
+        port = self.advertised_port or bound_port
+        if self.advertised_host:
+            return self.advertised_host, port
+        return (self.host if self.host not in WILDCARD_HOSTS else "localhost"), port
+
+
+# Per-listener keys: listener.name.<listener, lower case>.[<sasl mechanism, lower case>.]<key>
+LISTENER_PREFIX = "listener.name."
+
+
 def parse_listeners(key: str, value: str | None) -> list[Listener]:
     """Parse a comma-separated listener list; names must be unique, ports in 0..65535."""
     if value is None or not value.strip():
@@ -869,6 +992,11 @@ def parse_listeners(key: str, value: str | None) -> list[Listener]:
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
         raise ConfigError.invalid(key, value, f"Each listener must have a different name, repeated: {duplicates}")
+    if key == "listeners":
+        ports = [(listener.port, ":" in listener.host) for listener in listeners if listener.port]
+        repeated = sorted({port for port, ipv6 in ports if ports.count((port, ipv6)) > 1})
+        if repeated:
+            raise ConfigError.invalid(key, value, f"Each listener must have a different port, repeated: {repeated}")
     return listeners
 
 
@@ -1000,18 +1128,20 @@ class BrokerConfig:
 
     def __init__(self, **settings: Any) -> None:
         flags = {name: settings.pop(name) for name in _FLAG_SETTINGS if name in settings}
+        listener_settings = settings.pop("listener_settings", _NO_OVERRIDES)
         unknown = sorted(set(settings) - set(_KEY_OF_ATTRIBUTE))
         if unknown:
             raise TypeError(f"BrokerConfig() got unknown settings: {', '.join(unknown)}")
         static = {_KEY_OF_ATTRIBUTE[name]: format_value(value) for name, value in settings.items() if value is not None}
         _apply_cli_flags(static, **flags)
-        self._configure(static)
+        self._configure(static, listener_settings)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BrokerConfig) and vars(self) == vars(other)
 
     def __repr__(self) -> str:
-        static = ", ".join(f"{key}={self.values[key]}" for key in sorted(self.values)
+        hidden = lambda key: BROKER_CONFIGS[key].type is ConfigType.PASSWORD  # noqa: E731 (never printed)
+        static = ", ".join(f"{key}={'[hidden]' if hidden(key) else self.values[key]}" for key in sorted(self.values)
                            if self.sources[key] == STATIC_BROKER_CONFIG)
         return f"BrokerConfig({static})"
 
@@ -1036,15 +1166,18 @@ class BrokerConfig:
         if config_file is not None:
             configured.update(load_properties(config_file))
         configured.update({str(key): str(value) for key, value in overrides.items()})
-        static: dict[str, str | None] = {key: value.strip() for key, value in _known_keys_only(configured).items()}
+        listener_settings = {key: value.strip() for key, value in configured.items() if key.startswith(LISTENER_PREFIX)}
+        static: dict[str, str | None] = {
+            key: value.strip() for key, value in _known_keys_only(configured).items()}
         _apply_cli_flags(
             static, host=host, port=port, data_dir=data_dir, broker_id=broker_id, advertised_host=advertised_host
         )
         config = cls.__new__(cls)
-        config._configure(static)
+        config._configure(static, listener_settings)
         return config
 
-    def _configure(self, static: Mapping[str, str | None]) -> None:
+    def _configure(self, static: Mapping[str, str | None],
+                   listener_settings: Mapping[str, str] = _NO_OVERRIDES) -> None:
         values = default_broker_values()
         sources = default_broker_sources()
         for key, value in static.items():
@@ -1052,15 +1185,22 @@ class BrokerConfig:
             sources[key] = STATIC_BROKER_CONFIG
         typed = {key: BROKER_CONFIGS[key].parse(value) for key, value in values.items()}
         broker_id = _reconcile_broker_and_node_id(values, sources, typed)
-        served, advertised, protocol = _resolve_listeners(typed)
+        typed["_inter_broker_protocol_set"] = sources["security.inter.broker.protocol"] == STATIC_BROKER_CONFIG
+        served, inter_broker = _resolve_listeners(typed)
+        del typed["_inter_broker_protocol_set"]
         _check_retention_ms(typed)
+        _check_consumer_group_timeouts(typed)
         self.__dict__.update({attribute: typed[key] for attribute, key in _ATTRIBUTE_KEYS.items()})
-        self.host = served.host or "0.0.0.0"
-        self.port = served.port
-        self.listener_name = served.name
-        self.security_protocol = protocol
-        self.advertised_host = (advertised.host or None) if advertised else None
-        self.advertised_port = advertised.port if advertised else None
+        first = served[0]
+        self.served_listeners = tuple(served)
+        self.inter_broker_listener = inter_broker
+        self.host = first.host
+        self.port = first.port
+        self.listener_name = first.name
+        self.security_protocol = first.protocol
+        self.advertised_host = first.advertised_host
+        self.advertised_port = first.advertised_port
+        self.listener_settings = _checked_listener_settings(listener_settings, served)
         self.data_dir = _resolve_data_dir(typed)
         self.broker_id = broker_id
         self.zookeeper_connect = typed["zookeeper.connect"] or None
@@ -1088,13 +1228,6 @@ class BrokerConfig:
             logger.warning(
                 "These settings are accepted for compatibility but have no effect in kafkacompat: %s",
                 ", ".join(f"{name}={value}" for name, value in ignored.items()),
-            )
-        if self.security_protocol != "PLAINTEXT":
-            logger.warning(
-                "Listener %s is mapped to %s in listener.security.protocol.map, but kafkacompat speaks "
-                "PLAINTEXT only: clients must connect without TLS or SASL",
-                self.listener_name,
-                self.security_protocol,
             )
 
     # -- topic defaults -------------------------------------------------------------------------
@@ -1145,6 +1278,23 @@ class BrokerConfig:
             return (raw if multiplier == 1 else str(int(raw) * multiplier)), broker_key
         return key.default or "", None
 
+    # -- per-listener settings -----------------------------------------------------------------
+
+    def listener_value(self, listener: str, key: str, mechanism: str | None = None) -> Any:
+        """The typed value of a security ``key`` on ``listener``, with Kafka's precedence:
+        listener.name.<listener>.<mechanism>.<key>, listener.name.<listener>.<key>, then <key>."""
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        candidates = [f"{prefix}{mechanism.lower()}.{key}"] if mechanism else []
+        candidates.append(prefix + key)
+        for candidate in candidates:
+            if candidate in self.listener_settings:
+                return BROKER_CONFIGS[key].parse(self.listener_settings[candidate])
+        return BROKER_CONFIGS[key].parse(self.values[key])
+
+    def set_for_listener(self, listener: str, key: str) -> bool:
+        """Whether ``key`` is set with the listener.name.<listener>. prefix."""
+        return f"{LISTENER_PREFIX}{listener.lower()}.{key}" in self.listener_settings
+
     # -- addresses ------------------------------------------------------------------------------
 
     def advertised_endpoint(self) -> tuple[str, int]:
@@ -1174,6 +1324,8 @@ _ATTRIBUTE_KEYS: Mapping[str, str] = MappingProxyType(
 def _known_keys_only(configured: Mapping[str, str]) -> dict[str, str]:
     known = {}
     for key, value in configured.items():
+        if key.startswith(LISTENER_PREFIX):
+            continue  # per-listener settings: _checked_listener_settings
         if key in BROKER_CONFIGS:
             known[key] = value
         else:
@@ -1259,24 +1411,62 @@ def _reconcile_broker_and_node_id(
     return broker_id
 
 
-def _resolve_listeners(typed: Mapping[str, Any]) -> tuple[Listener, Listener | None, str]:
-    """(served listener, its advertised counterpart or None, its security protocol)."""
+def _resolve_listeners(typed: Mapping[str, Any]) -> tuple[list[ServedListener], ServedListener]:
+    """(the served listeners, first one first; the inter-broker listener). Listeners named in
+    controller.listener.names are not served: kafkacompat has no KRaft controller."""
     listeners = parse_listeners("listeners", typed["listeners"])
     if not listeners:
         raise ConfigError.invalid("listeners", typed["listeners"], "at least one listener is required")
-    index = _served_listener_index(listeners, _controller_listener_names(typed["controller.listener.names"]))
-    served = listeners[index]
-    if len(listeners) > 1:
-        ignored = [str(listener) for position, listener in enumerate(listeners) if position != index]
-        logger.warning("kafkacompat serves a single listener: using %s, ignoring %s", served, ", ".join(ignored))
-    protocol = _parse_protocol_map(typed["listener.security.protocol.map"]).get(served.name)
-    if protocol is None:
+    controller_names = _controller_listener_names(typed["controller.listener.names"])
+    _served_listener_index(listeners, controller_names)  # at least one left to serve
+    not_served = [str(listener) for listener in listeners if listener.name in controller_names]
+    if not_served:
+        logger.warning("kafkacompat has no KRaft controller: not serving %s (controller.listener.names)",
+                       ", ".join(not_served))
+    protocols = _parse_protocol_map(typed["listener.security.protocol.map"])
+    served = []
+    for listener in listeners:
+        if listener.name in controller_names:
+            continue
+        protocol = protocols.get(listener.name)
+        if protocol is None:
+            raise ConfigError.invalid(
+                "listener.security.protocol.map",
+                typed["listener.security.protocol.map"],
+                f"No security protocol defined for listener {listener.name}",
+            )
+        advertised = _advertised_for(listener, listeners, typed["advertised.listeners"])
+        served.append(ServedListener(listener.name, listener.host or "0.0.0.0", listener.port, protocol,
+                                     (advertised.host or None) if advertised else None,
+                                     advertised.port if advertised else None))
+    return served, _inter_broker_listener(typed, served)
+
+
+def _inter_broker_listener(typed: Mapping[str, Any], served: Sequence[ServedListener]) -> ServedListener:
+    """inter.broker.listener.name, else the listener named like security.inter.broker.protocol
+    (Kafka's rule); with neither set nor a PLAINTEXT listener, the first listener."""
+    by_name = {listener.name: listener for listener in served}
+    name = typed["inter.broker.listener.name"]
+    if name:
+        if typed.get("_inter_broker_protocol_set"):
+            raise ConfigError.invalid("inter.broker.listener.name", name,
+                                      "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                                      "should be set.")
+        if name.upper() not in by_name:
+            raise ConfigError.invalid(
+                "inter.broker.listener.name", name,
+                "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+                f"options based on currently configured listeners are {','.join(by_name)}")
+        return by_name[name.upper()]
+    protocol = typed["security.inter.broker.protocol"]
+    if protocol in by_name:
+        return by_name[protocol]
+    if typed.get("_inter_broker_protocol_set"):
         raise ConfigError.invalid(
-            "listener.security.protocol.map",
-            typed["listener.security.protocol.map"],
-            f"No security protocol defined for listener {served.name}",
-        )
-    return served, _advertised_for(served, listeners, typed["advertised.listeners"]), protocol
+            "security.inter.broker.protocol", protocol,
+            "inter.broker.listener.name must be a listener name defined in advertised.listeners. The valid "
+            f"options based on currently configured listeners are {','.join(by_name)}")
+    return served[0]
 
 
 def _advertised_for(served: Listener, listeners: Sequence[Listener], value: str | None) -> Listener | None:
@@ -1294,6 +1484,30 @@ def _advertised_for(served: Listener, listeners: Sequence[Listener], value: str 
     return next((listener for listener in advertised if listener.name == served.name), None)
 
 
+_MECHANISM_PREFIX = re.compile(r"(?:gssapi|plain|scram-sha-256|scram-sha-512|oauthbearer)\.")
+
+
+def _checked_listener_settings(settings: Mapping[str, str], served: Sequence[ServedListener]) -> dict[str, str]:
+    """The listener.name.<listener>.[<mechanism>.]<key> settings whose listener is served and whose
+    key is a broker key (each value validated as that key); others are warned about and ignored."""
+    names = {listener.name.lower() for listener in served}
+    checked = {}
+    for setting, value in settings.items():
+        listener, _, key = setting[len(LISTENER_PREFIX):].partition(".")
+        mechanism = _MECHANISM_PREFIX.match(key)
+        base_key = key[mechanism.end():] if mechanism else key
+        if listener not in names or base_key not in BROKER_CONFIGS:
+            logger.warning("Ignoring %r: %s", setting, f"no listener {listener.upper()} is served"
+                           if listener not in names else f"{base_key!r} is not a broker config kafkacompat knows")
+            continue
+        try:
+            BROKER_CONFIGS[base_key].parse(value)
+        except ConfigError as exc:
+            raise ConfigError(str(exc).replace(base_key, setting, 1), key=setting, value=value) from None
+        checked[setting] = value
+    return checked
+
+
 def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
     key = "log.dirs" if typed["log.dirs"] is not None else "log.dir"
     directories = [d for d in parse_value(key, _LIST, typed[key]) if d]
@@ -1306,6 +1520,24 @@ def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
             ", ".join(directories[1:]),
         )
     return Path(directories[0])
+
+
+def _check_consumer_group_timeouts(typed: Mapping[str, Any]) -> None:
+    """Kafka's GroupCoordinatorConfig checks: each consumer group interval within its min/max,
+    and the heartbeat interval below the session timeout."""
+    for kind in ("heartbeat.interval", "session.timeout"):
+        value = typed[f"group.consumer.{kind}.ms"]
+        low, high = typed[f"group.consumer.min.{kind}.ms"], typed[f"group.consumer.max.{kind}.ms"]
+        if high < low:
+            raise ConfigError.invalid(f"group.consumer.max.{kind}.ms", high,
+                                      f"must be greater than or equal to group.consumer.min.{kind}.ms ({low})")
+        if not low <= value <= high:
+            raise ConfigError.invalid(f"group.consumer.{kind}.ms", value,
+                                      f"must be between group.consumer.min.{kind}.ms ({low}) and "
+                                      f"group.consumer.max.{kind}.ms ({high})")
+    if typed["group.consumer.heartbeat.interval.ms"] >= typed["group.consumer.session.timeout.ms"]:
+        raise ConfigError.invalid("group.consumer.heartbeat.interval.ms", typed["group.consumer.heartbeat.interval.ms"],
+                                  "must be less than group.consumer.session.timeout.ms")
 
 
 def _check_retention_ms(typed: Mapping[str, Any]) -> None:

@@ -56,11 +56,35 @@ async def dispatch(
         raise
     except ValueError as exc:
         raise ProtocolViolation(f"malformed {api_name(header.api_key)} v{version} request: {exc}") from exc
-    response = await handler.fn(request, RequestContext(services, header, connection))
+    ctx = RequestContext(services, header, connection, len(body))
+    timer = services.quotas.timer if services.quotas is not None else None
+    if timer is None or header.api_key in _NEVER_REQUEST_THROTTLED:
+        response = await handler.fn(request, ctx)
+    else:
+        response = await _timed(handler.fn, request, ctx, timer)
     if response is None:
         return None
     encoded = handler.encode(response, version)
     return _frame(response_header(header.correlation_id, header.api_key, version), encoded)
+
+
+_NEVER_REQUEST_THROTTLED = frozenset({17, 18, 36})   # SaslHandshake, ApiVersions, SaslAuthenticate
+
+
+async def _timed(fn, request, ctx, timer):
+    """Run the handler timed for its client's request_percentage quota (quotas.py): over it, the
+    response carries the throttle time and the connection is muted for it (KIP-124, KIP-219)."""
+    task = timer.start()
+    try:
+        response = await fn(request, ctx)
+    finally:
+        throttle_ms = ctx.record_request_time(timer.stop(task))
+    if throttle_ms > 0 and response is not None:
+        if hasattr(response, "throttle_time_ms"):
+            response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+        if ctx.connection is not None:
+            ctx.connection.throttle(throttle_ms)
+    return response
 
 
 def _frame(header: bytes, encoded: "bytes | list[Chunk]") -> list[Chunk]:

@@ -21,6 +21,8 @@ class Feature:
 
 # name -> Feature. Kept sorted by name; the ApiVersions answer lists them in this order.
 FEATURES: dict[str, Feature] = {
+    # KIP-848: level 1 enables the consumer group protocol (ConsumerGroupHeartbeat/Describe).
+    "group.version": Feature("group.version", 0, 1, 1),
     # KIP-890 part 2, finalized at 2 as on a Kafka 4.x cluster: a client that reads it sends
     # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
     # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without

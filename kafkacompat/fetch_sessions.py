@@ -97,6 +97,11 @@ class FetchContext:
         """-> (error code, session id, the topics to send)."""
         raise NotImplementedError
 
+    def throttled(self) -> tuple[int, int]:
+        """-> (error code, session id) of the empty answer to a fetch over its client's quota
+        (Kafka's getThrottledResponse: no session is created, an existing one is left as it was)."""
+        return self.error, INVALID_SESSION_ID
+
 
 class SessionError(FetchContext):
     def __init__(self, error: int) -> None:
@@ -170,6 +175,11 @@ class IncrementalFetch(FetchContext):
         for key in sent_records:  # fetched last next time, so every partition gets its turn
             session.partitions[key] = session.partitions.pop(key)
         return ErrorCode.NONE, session.id, answered
+
+    def throttled(self) -> tuple[int, int]:
+        if self.session.epoch != next_epoch(self.request_epoch):
+            return ErrorCode.INVALID_FETCH_SESSION_EPOCH, self.session.id
+        return ErrorCode.NONE, self.session.id
 
 
 def _grouped(session: FetchSession, names: Callable[[object], str | None]) -> list[FetchTopicRequest]:

@@ -38,12 +38,14 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from kafkacompat.security.authenticator import RequestBeforeAuthentication, SaslAuthenticator, State
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.wire.chunks import Chunk, FileRegion, StreamedChunk, close_chunks
 from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, parse_request_header
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.security.listeners import ListenerSecurity
     from kafkacompat.wire.frame import RequestHeader
 
 log = logging.getLogger("kafkacompat.server")
@@ -131,7 +133,8 @@ class ConnectionClosed(Exception):
 class Connection:
     """One client connection: reads frames, hands them to the broker, writes responses."""
 
-    def __init__(self, broker: "RequestDispatcher", sock: trio.socket.SocketType, unsent: UnsentBytes | None = None) -> None:
+    def __init__(self, broker: "RequestDispatcher", sock: trio.socket.SocketType, unsent: UnsentBytes | None = None,
+                 security: "ListenerSecurity | None" = None) -> None:
         self.broker = broker
         self.sock = sock
         self.fd = sock.fileno()
@@ -156,15 +159,37 @@ class Connection:
         self.client_id: str | None = None
         # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
         self.principal: KafkaPrincipal = ANONYMOUS
+        self.throttled_until = 0.0  # trio time before which nothing is read (KIP-219 quota throttling)
+        self.listener_name = security.listener.name if security is not None else broker.config.listener_name
+        self.security_protocol = security.listener.protocol if security is not None else "PLAINTEXT"
+        self.authenticator: SaslAuthenticator | None = None
+        if security is not None and security.sasl is not None:
+            self.authenticator = SaslAuthenticator(security.sasl, self.describe, self._authenticated)
+            # Before authentication a frame is at most sasl.server.max.receive.size (as Kafka):
+            # an anonymous client cannot make the broker buffer socket.request.max.bytes.
+            self.decoder.max_frame_bytes = min(security.sasl.max_receive_size, self.decoder.max_frame_bytes)
+            self.decoder.limit_name = "sasl.server.max.receive.size, before authentication"
+
+    def _authenticated(self, principal: KafkaPrincipal) -> None:
+        self.principal = principal
+        self.decoder.max_frame_bytes = self.broker.config.socket_request_max_bytes
+        self.decoder.limit_name = "socket.request.max.bytes"
 
     def describe(self) -> str:
         client = f" (client id {self.client_id!r})" if self.client_id else ""
         return f"connection {self.id} from {self.peer}{client}"
 
+    def throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for a quota's throttle time, once its response is sent (KIP-219)."""
+        self.throttled_until = max(self.throttled_until, trio.current_time() + throttle_ms / 1000)
+
     async def serve(self) -> None:
         try:
             while True:
                 self._waited = False
+                if self.throttled_until > trio.current_time():
+                    await trio.sleep_until(self.throttled_until)
+                    self._waited = True
                 frame = await self._read_frame()
                 if frame is None:
                     return
@@ -178,7 +203,7 @@ class Connection:
                 finally:
                     self.busy = False
                     self.last_active = time.monotonic()
-        except ProtocolViolation as exc:
+        except (ProtocolViolation, RequestBeforeAuthentication) as exc:
             log.warning("Closing %s: %s", self.describe(), exc)
         except (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             pass
@@ -215,15 +240,32 @@ class Connection:
             decoder.received(count)
 
     async def _handle_frame(self, frame: bytearray) -> None:
+        authenticator = self.authenticator
+        if authenticator is not None and authenticator.state is State.RAW_TOKENS:
+            await self._raw_sasl_token(authenticator, frame)
+            return
         header, body_offset = parse_request_header(frame)
         if header.client_id is not None:
             self.client_id = header.client_id
+        if authenticator is not None:
+            authenticator.admit(header.api_key, api_name(header.api_key))
         chunks = await self.broker.dispatch(header, memoryview(frame)[body_offset:], self)
         if chunks is not None:
             try:
                 await self.send_chunks(chunks)
             finally:
                 close_chunks(chunks)
+        if authenticator is not None and authenticator.close_after_response:
+            raise ConnectionClosed("authentication failed")
+
+    async def _raw_sasl_token(self, authenticator: SaslAuthenticator, frame: bytearray) -> None:
+        """After a v0 SaslHandshake the client sends bare size-prefixed tokens and gets bare
+        size-prefixed answers; a failure closes the connection without one (as Kafka)."""
+        response = await authenticator.raw_token(bytes(frame))
+        if response is None:
+            await trio.sleep(authenticator.settings.failure_delay_ms / 1000)
+            raise ConnectionClosed("authentication failed")
+        await self._send_buffers([len(response).to_bytes(4, "big") + response])
 
     async def send_chunks(self, chunks: list[Chunk]) -> None:
         """Send the chunks in order: memory chunks gathered into one writev, file regions up to
@@ -325,6 +367,85 @@ class Connection:
             remaining -= sent
 
 
+class TlsConnection(Connection):
+    """A connection on an SSL / SASL_SSL listener: the TLS handshake first (a client certificate
+    gives the principal, mapped by ssl.principal.mapping.rules), then the same request loop
+    through trio's SSLStream. File regions are read and encrypted (no sendfile for TLS, as in
+    Kafka)."""
+
+    _FILE_PIECE = 256 * 1024
+
+    def __init__(self, broker: "RequestDispatcher", sock: trio.socket.SocketType, unsent: UnsentBytes | None,
+                 security: "ListenerSecurity") -> None:
+        super().__init__(broker, sock, unsent, security)
+        assert security.ssl_context is not None
+        self.security = security
+        self.stream = trio.SSLStream(trio.SocketStream(sock), security.ssl_context, server_side=True)
+
+    async def serve(self) -> None:
+        from kafkacompat.security.listeners import HANDSHAKE_TIMEOUT_SECONDS
+        from kafkacompat.security.tls import certificate_principal
+
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_SECONDS):
+                await self.stream.do_handshake()
+            self.principal = certificate_principal(self.stream, self.security.principal_mapper)
+            if self.principal is not ANONYMOUS:
+                log.info("TLS client certificate of %s on listener %s: %s", self.describe(), self.listener_name,
+                         self.principal)
+        except (trio.BrokenResourceError, trio.TooSlowError, trio.ClosedResourceError, OSError, ValueError) as exc:
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ else exc
+            reason = "no handshake within %.0f s" % HANDSHAKE_TIMEOUT_SECONDS if isinstance(exc, trio.TooSlowError) \
+                else f"{type(cause).__name__}: {cause}"
+            log.warning("Closing %s on listener %s: TLS handshake failed: %s", self.describe(), self.listener_name,
+                        reason)
+            self.sock.close()
+            self.decoder.close()
+            return
+        await super().serve()
+
+    async def _read_frame(self) -> bytearray | None:
+        decoder = self.decoder
+        while True:
+            frame = decoder.next_frame()
+            if frame is not None:
+                return frame
+            view = decoder.writable()
+            data = await self.stream.receive_some(len(view))
+            self._waited = True
+            if not data:
+                if decoder.has_partial_frame():
+                    log.info("%s closed in the middle of a request", self.describe())
+                return None
+            view[:len(data)] = data
+            decoder.received(len(data))
+
+    async def _send_buffers(self, buffers: list[Chunk]) -> None:
+        await self._send(buffers[0] if len(buffers) == 1 else b"".join(buffers))  # type: ignore[arg-type]
+
+    async def _send_file(self, region: FileRegion) -> None:
+        offset, remaining = region.offset, region.length
+        while remaining > 0:
+            data = os.pread(region.fd, min(remaining, self._FILE_PIECE), offset)
+            if not data:
+                raise ConnectionClosed("file shrank under an in-flight fetch")
+            await self._send(data)
+            offset += len(data)
+            remaining -= len(data)
+
+    async def _send(self, data: "bytes | bytearray | memoryview") -> None:
+        """Send in pieces, each counted as idle time until it is taken: a client that stops
+        reading is closed after connections.max.idle.ms, as on a plain connection."""
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), self._FILE_PIECE):
+            self.send_stalled = True
+            try:
+                await self.stream.send_all(view[start:start + self._FILE_PIECE])
+            finally:
+                self.send_stalled = False
+            self.last_active = time.monotonic()
+
+
 class ConnectionLimits:
     """The live connections of a listener, per client address, and Kafka's limits on them."""
 
@@ -411,7 +532,7 @@ class ConnectionLimits:
 
 
 async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, accepting: trio.Event | None = None,
-                         task_status=trio.TASK_STATUS_IGNORED) -> None:
+                         security: "ListenerSecurity | None" = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Accept connections forever; each runs in its own task in this nursery. Started once the
     port is bound; with ``accepting``, nothing is accepted before it is set (clients that connect
     meanwhile wait in the backlog), so no request can reach a broker that is not ready."""
@@ -439,7 +560,10 @@ async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, a
                 except OSError:
                     sock.close()  # reset before we got to it
                     continue
-                connection = Connection(broker, sock, limits.unsent)
+                if security is not None and security.ssl_context is not None:
+                    connection: Connection = TlsConnection(broker, sock, limits.unsent, security)
+                else:
+                    connection = Connection(broker, sock, limits.unsent, security)
                 if limits.admit(connection):
                     nursery.start_soon(_serve_counted, connection, limits)
                 else:

@@ -30,8 +30,10 @@ class LocalMetadata:
     """MetadataView of a single node."""
 
     def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", registry: TopicRegistry,
-                 replicas: "ReplicaManager", endpoint: Callable[[], tuple[str, int]]) -> None:
+                 replicas: "ReplicaManager", endpoint: Callable[[], tuple[str, int]],
+                 endpoints: Callable[[], tuple[tuple[str, str, int], ...]] = tuple) -> None:
         self.identity = identity
+        self.endpoints = endpoints
         self.node_id = identity.node_id
         self.config = config
         self.registry = registry
@@ -67,7 +69,7 @@ class LocalMetadata:
 
     def brokers(self) -> dict[int, BrokerInfo]:
         host, port = self.endpoint()
-        return {self.node_id: BrokerInfo(self.node_id, host, port, self.config.broker_rack)}
+        return {self.node_id: BrokerInfo(self.node_id, host, port, self.config.broker_rack, self.endpoints())}
 
 
 @contextmanager

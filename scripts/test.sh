@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
-# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, iproute2 and nftables from Debian, a
+# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, openssl, iproute2 and nftables from Debian, a
 # Python venv with the test extras, kafkajs from npm), then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,8 @@ command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
 command -v go >/dev/null 2>&1 || missing+=(golang-go)
 [ -e /usr/share/gocode/src/github.com/Shopify/sarama/sarama.go ] || missing+=(golang-github-shopify-sarama-dev)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+# the openssl command line makes the TLS tests' certificates (kafkacompat/testing/certs.py).
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # iproute2 and nftables for the network-partition tests (hosts in network namespaces, run as root).
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)

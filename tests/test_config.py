@@ -387,6 +387,7 @@ def test_named_listeners_with_a_controller_listener(caplog: pytest.LogCaptureFix
         ({"listeners": "PLAINTEXT://localhost:-1"}, "listeners"),
         ({"listeners": ""}, "listeners"),
         ({"listeners": "PLAINTEXT://:1,PLAINTEXT://:2"}, "listeners"),
+        ({"listeners": "PLAINTEXT://:9092,SSL://127.0.0.1:9092"}, "listeners"),
         ({"listeners": "INTERNAL://:9092"}, "listener.security.protocol.map"),
         ({"advertised.listeners": "OTHER://host:1"}, "advertised.listeners"),
         ({"advertised.listeners": "PLAINTEXT://0.0.0.0:9092"}, "advertised.listeners"),
@@ -686,11 +687,52 @@ def test_one_start_up_warning_names_them(caplog: pytest.LogCaptureFixture) -> No
     ]
 
 
-def test_a_listener_that_is_not_plaintext_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
-    config = BrokerConfig.load(None, {"listeners": "SSL://:9093"})
+def test_several_listeners_are_all_served_with_their_protocols() -> None:
+    config = BrokerConfig.load(None, {
+        "listeners": "PLAINTEXT://127.0.0.1:9092,SSL://:9093,INTERNAL://127.0.0.1:9094",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SSL:SSL,INTERNAL:SASL_SSL",
+        "advertised.listeners": "SSL://public.example:19093",
+        "inter.broker.listener.name": "internal",
+    })
+    assert [(l.name, l.protocol, l.port) for l in config.served_listeners] == [
+        ("PLAINTEXT", "PLAINTEXT", 9092), ("SSL", "SSL", 9093), ("INTERNAL", "SASL_SSL", 9094)]
+    assert config.served_listeners[1].advertised(9093) == ("public.example", 19093)
+    assert config.served_listeners[2].advertised(9094) == ("127.0.0.1", 9094)
+    assert config.inter_broker_listener.name == "INTERNAL"
+    assert (config.listener_name, config.port) == ("PLAINTEXT", 9092)
+
+
+def test_the_inter_broker_listener_follows_security_inter_broker_protocol() -> None:
+    config = BrokerConfig.load(None, {"listeners": "PLAINTEXT://:9092,SASL_SSL://:9093",
+                                      "security.inter.broker.protocol": "SASL_SSL"})
+    assert config.inter_broker_listener.name == "SASL_SSL"
+    with pytest.raises(ConfigError, match="Only one of inter.broker.listener.name"):
+        BrokerConfig.load(None, {"listeners": "PLAINTEXT://:9092,SASL_SSL://:9093",
+                                 "security.inter.broker.protocol": "SASL_SSL",
+                                 "inter.broker.listener.name": "SASL_SSL"})
+    with pytest.raises(ConfigError, match="valid options based on currently configured listeners are PLAINTEXT"):
+        BrokerConfig.load(None, {"inter.broker.listener.name": "OTHER"})
+
+
+def test_per_listener_keys_take_precedence(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="kafkacompat.config"):
-        config.warn_about_settings_without_effect()
-    assert "Listener SSL is mapped to SSL" in caplog.text and "PLAINTEXT only" in caplog.text
+        config = BrokerConfig.load(None, {
+            "listeners": "SSL://:9093,MTLS://:9094,SASL_SSL://:9095",
+            "listener.security.protocol.map": "SSL:SSL,MTLS:SSL,SASL_SSL:SASL_SSL",
+            "ssl.client.auth": "none",
+            "listener.name.mtls.ssl.client.auth": "required",
+            "sasl.jaas.config": "global",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": "plain-only",
+            "listener.name.nosuch.ssl.client.auth": "required",
+        })
+    assert config.listener_value("MTLS", "ssl.client.auth") == "required"
+    assert config.listener_value("SSL", "ssl.client.auth") == "none"
+    assert config.listener_value("SASL_SSL", "sasl.jaas.config", "PLAIN") == "plain-only"
+    assert config.listener_value("SASL_SSL", "sasl.jaas.config", "SCRAM-SHA-256") == "global"
+    assert "listener.name.nosuch.ssl.client.auth" in caplog.text
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig.load(None, {"listener.name.plaintext.ssl.client.auth": "sometimes"})
+    assert caught.value.key == "listener.name.plaintext.ssl.client.auth"
 
 
 # -- topic config validation ----------------------------------------------------------------------

@@ -405,3 +405,32 @@ def test_a_clean_whose_segments_change_underneath_is_abandoned_and_retried(tmp_p
     # The broker's task logs it and tries again next time; the partition is not marked uncleanable.
     assert trio.run(cleaner.run_once, T0 + 2 * DAY)
     assert not cleaner.uncleanable and cleaner.checkpoints[("t", 0)] == 2
+
+
+@pytest.mark.parametrize("damage", ["garbage in the middle", "a flipped byte"])
+def test_a_damaged_segment_is_never_compacted_over(tmp_path, damage, caplog):
+    """Kafka's cleaner stops at a CorruptRecordException and marks the partition uncleanable; it
+    must not take the damage for the segment's end and drop the batches behind it."""
+    import trio
+
+    log = open_log(tmp_path)
+    for round_ in range(3):
+        for key in (b"a", b"b"):
+            append(log, [(key, b"%s-%d" % (key, round_))], timestamp=T0 + round_)
+    log.roll()
+    append(log, [(b"a", b"active")])
+    first = Path(log.segments()[0].log_path)
+    data = bytearray(first.read_bytes())
+    batch = next(iter_batches(data))
+    if damage == "a flipped byte":
+        data[batch.size + 70] ^= 0xFF  # inside the second batch's records: its CRC no longer matches
+    else:
+        data[batch.size:batch.size + 12] = b"\xff" * 12  # the second batch's offset and length
+    first.write_bytes(bytes(data))
+    cleaner = cleaner_for(tmp_path, log)
+
+    assert trio.run(cleaner.run_once, T0 + HOUR)
+    assert ("t", 0) in cleaner.uncleanable
+    assert first.read_bytes() == bytes(data)  # left exactly as it was
+    assert "marked uncleanable" in caplog.text and "t-0" in caplog.text
+    assert not trio.run(cleaner.run_once, T0 + HOUR)  # and not tried again

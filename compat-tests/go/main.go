@@ -18,6 +18,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,6 +86,10 @@ type common struct {
 	Brokers  []string `json:"brokers"`
 	Version  string   `json:"version"`
 	ClientID string   `json:"clientId"`
+	// TLS with this CA file (PEM), and SASL/PLAIN with this user (Sarama 1.22: SaslHandshake v0, raw tokens)
+	TLSCA        string `json:"tlsCa"`
+	SASLUser     string `json:"saslUser"`
+	SASLPassword string `json:"saslPassword"`
 }
 
 func (c common) config() *sarama.Config {
@@ -103,6 +109,23 @@ func (c common) config() *sarama.Config {
 	conf.Net.WriteTimeout = 30 * time.Second
 	conf.Metadata.Retry.Max = 10
 	conf.Metadata.Retry.Backoff = 300 * time.Millisecond
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			log.Fatalf("cannot read the CA file %s: %v", c.TLSCA, err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		conf.Net.TLS.Enable = true
+		conf.Net.TLS.Config = &tls.Config{RootCAs: pool, ServerName: "localhost"}
+	}
+	if c.SASLUser != "" {
+		conf.Net.SASL.Enable = true
+		conf.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		conf.Net.SASL.Handshake = true
+		conf.Net.SASL.User = c.SASLUser
+		conf.Net.SASL.Password = c.SASLPassword
+	}
 	return conf
 }
 

@@ -32,6 +32,7 @@ import functools
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -194,13 +195,34 @@ class ClusterView:
                     yield state
 
 
-def broker_info_json(info: BrokerInfo) -> dict:
+def broker_info_json(info: BrokerInfo, protocols: dict[str, str] | None = None) -> dict:
+    """Kafka's /brokers/ids/<id> document: every listener in ``endpoints`` (``protocols`` maps
+    listener names to security protocols); host/port are the first listener's."""
+    endpoints = info.endpoints or (("PLAINTEXT", info.host, info.port),)
     return {
         "version": 5, "host": info.host, "port": info.port, "rack": info.rack, "jmx_port": -1,
-        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+        "endpoints": [f"{name}://{_bracketed(host)}:{port}" for name, host, port in endpoints],
+        "listener_security_protocol_map": {name: (protocols or {}).get(name, "PLAINTEXT") for name, _, _ in endpoints},
         "timestamp": str(int(time.time() * 1000)),
     }
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+_ENDPOINT = re.compile(r"(?P<name>[^:/]+)://(?:\[(?P<ipv6>[^\]]*)\]|(?P<host>[^:]*)):(?P<port>[0-9]+)")
+
+
+def _registered_broker(broker_id: int, data: dict) -> BrokerInfo:
+    endpoints = []
+    for text in data.get("endpoints") or ():
+        match = _ENDPOINT.fullmatch(str(text))
+        if match is None:
+            raise MalformedNodeError(f"unreadable endpoint {text!r}")
+        endpoints.append((match["name"], match["ipv6"] if match["ipv6"] is not None else match["host"],
+                          int(match["port"])))
+    return BrokerInfo(broker_id, str(data["host"]), int(data["port"]), data.get("rack"), tuple(endpoints))
 
 
 class MalformedNodeError(ValueError):
@@ -279,7 +301,7 @@ async def read_cluster(store: MetadataStore, previous: ClusterView | None = None
             found = _decode(first[path])
             if found is not None:
                 data = found[0]
-                view.brokers[int(name)] = BrokerInfo(int(name), str(data["host"]), int(data["port"]), data.get("rack"))
+                view.brokers[int(name)] = _registered_broker(int(name), data)
         except _MALFORMED as exc:
             malformed(path, first[path], exc)
     for name in topic_names:
@@ -512,8 +534,10 @@ class ClusterMember:
     DEFAULT_TIMEOUT_SECONDS = 10.0
 
     def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", store: MetadataStore,
-                 cache: MetadataCache, sink: "PartitionStateSink", endpoint: Callable[[], tuple[str, int]]) -> None:
+                 cache: MetadataCache, sink: "PartitionStateSink", endpoint: Callable[[], tuple[str, int]],
+                 endpoints: Callable[[], tuple[tuple[str, str, int], ...]] = tuple) -> None:
         self.identity = identity
+        self.endpoints = endpoints
         self.config = config
         self.store = store
         self.sink = sink
@@ -615,12 +639,13 @@ class ClusterMember:
 
     def broker_info(self) -> BrokerInfo:
         host, port = self.endpoint()
-        return BrokerInfo(self.node_id, host, port, self.config.broker_rack)
+        return BrokerInfo(self.node_id, host, port, self.config.broker_rack, self.endpoints())
 
     async def _register(self) -> None:
         path = f"{BROKER_IDS}/{self.node_id}"
         try:
-            await self.store.create(path, encode_json(broker_info_json(self.broker_info())), ephemeral=True)
+            await self.store.create(path, encode_json(broker_info_json(
+                self.broker_info(), {listener.name: listener.protocol for listener in self.config.served_listeners})), ephemeral=True)
             log.info("Registered broker %d at %s", self.node_id, path)
         except NodeExistsError:
             owner = await self.store.ephemeral_owner(path)

@@ -28,3 +28,12 @@ class BrokerInfo:
     host: str
     port: int
     rack: str | None = None
+    # (listener name, advertised host, port) of every listener; host/port are the first one's
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str | None) -> tuple[str, int]:
+        """The advertised (host, port) of ``listener``: what a client that came in on it is told."""
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return self.host, self.port

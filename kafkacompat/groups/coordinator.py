@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
-from kafkacompat.groups import storage
+from kafkacompat.groups import consumer_records, storage
+from kafkacompat.groups.consumer_coordinator import ConsumerGroupCoordinator
+from kafkacompat.groups.consumer_group import ConsumerGroupState
 from kafkacompat.groups.state import (
     Group,
     GroupState,
@@ -42,7 +44,10 @@ from kafkacompat.groups.txn_offsets import PendingTxnOffsets
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.services import OffsetsLog
     from kafkacompat.replication.partition import Partition
 
@@ -70,6 +75,8 @@ class JoinRequest:
     client_host: str = ""
     version: int = 9
     reason: str | None = None
+    # The topics that exist (MetadataView.topics): a consumer group's classic members need them.
+    topics: "Callable[[], Iterable[TopicInfo]] | None" = None
 
 
 @dataclass(slots=True)
@@ -215,6 +222,68 @@ class GroupCoordinator:
         self.owned_partitions: set[int] | None = set() if clustered else None
         # run()'s nursery: group metadata stores waiting for their ISR finish in it.
         self._background: trio.Nursery | None = None
+        # KIP-848 consumer groups: ConsumerGroupHeartbeat / ConsumerGroupDescribe.
+        self.consumer = ConsumerGroupCoordinator(self)
+
+    # ---- what the consumer protocol uses (consumer_coordinator.GroupsHost) ----------------------
+
+    def check_group_id(self, group_id: str | None) -> int:
+        return self._check_group_id(group_id)
+
+    def schedule_timer(self, key: object, delay_ms: float, callback: Callable[[], None]) -> None:
+        self._schedule(key, delay_ms, callback)
+
+    def cancel_timer(self, key: object) -> None:
+        self._timers.cancel(key)
+
+    def append_records(self, group_id: str, records: list[tuple[bytes, bytes | None]]):
+        """Append a group's records as Kafka's coordinator runtime does (acks=-1); a failure
+        raises KafkaError with the code its client is told (Kafka's
+        appendGroupMetadataErrorToResponseError). Returns what ``when_replicated`` waits for."""
+        try:
+            return self._append(group_id, records, acks_all=True)
+        except (KafkaError, OSError) as exc:
+            raise KafkaError(_store_error(exc), str(getattr(exc, "message", exc))) from None
+
+    def when_replicated(self, group_id: str, appended, on_done: Callable[[int], None]) -> None:
+        """``on_done(error code)`` once the ISR of the group's partition has an append (at once
+        on a single node), as ``_store_group_replicated`` waits."""
+        partition, required_offset, leader_epoch = appended
+        status = partition.replication_status(required_offset, leader_epoch)
+        if status is not None:
+            on_done(_store_error_code(status))
+        elif self._background is None:
+            on_done(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        else:
+            self._background.start_soon(self._finish_store_when_replicated, group_id, partition,
+                                        required_offset, leader_epoch, on_done)
+
+    def release_classic_members(self, group: Group) -> None:
+        """A classic group becomes a consumer group: its parked JoinGroup/SyncGroup requests are
+        answered REBALANCE_IN_PROGRESS (their members rejoin) and its classic timers stop."""
+        for member in group.members.values():
+            self._answer_parked_requests(member, ErrorCode.REBALANCE_IN_PROGRESS)
+        for member_id in [*group.members, *group.pending_members]:
+            self._timers.cancel(self._heartbeat_key(group, member_id))
+        self._timers.cancel(("join", group.group_id))
+        self._timers.cancel(("sync", group.group_id))
+        group.members.clear()
+        group.pending_members.clear()
+        group.static_members.clear()
+        group.supported_protocols.clear()
+        group.pending_sync.clear()
+        group.leader_id = None
+        group.state, group.previous_state = EMPTY, None  # no classic state machine while it is a consumer group
+
+    def adopt_classic_group(self, group: Group, reason: str) -> None:
+        """A consumer group downgraded to ``group`` (Stable, with its members): they must
+        heartbeat within their session timeouts, and a rebalance starts."""
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
+
+    def classic_group_record(self, group: Group) -> tuple[bytes, bytes | None]:
+        return self._group_metadata_record(group)
 
     # ---- time and timers ----------------------------------------------------------------------
 
@@ -240,6 +309,7 @@ class GroupCoordinator:
             for member in group.members.values():
                 if not self._timers.scheduled(self._heartbeat_key(group, member.member_id)):
                     self._reschedule_heartbeat(group, member)
+            self.consumer.on_loaded(group)
         try:
             async with trio.open_nursery() as nursery:
                 self._background = nursery
@@ -395,6 +465,8 @@ class GroupCoordinator:
     def _load_partition(self, partition) -> None:
         metadata: dict[str, storage.GroupMetadataValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+        consumer_groups: dict[str, ConsumerGroupState] = {}
+        consumer_seen: set[str] = set()
         # Offsets of transactions without a marker yet: producer id -> group -> partition -> value.
         pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
         position = partition.log_start_offset
@@ -416,6 +488,9 @@ class GroupCoordinator:
                     self._load_txn_marker(pending_txn, offsets, record.txn_producer_id, record.marker)
                     continue
                 if key is None:
+                    continue
+                if consumer_records.key_version(key) in consumer_records.CONSUMER_KEY_VERSIONS:
+                    consumer_seen.add(consumer_records.replay(consumer_groups, key, value))
                     continue
                 decoded = storage.decode_key(key)
                 if isinstance(decoded, storage.OffsetKey) and record.txn_producer_id >= 0:
@@ -440,6 +515,16 @@ class GroupCoordinator:
                 self.groups.pop(group_id, None)
                 continue
             self.groups[group_id] = self._group_from_record(group_id, value)
+        for group_id in consumer_seen:
+            consumer_state = consumer_groups.get(group_id)
+            if consumer_state is None:
+                if group_id not in metadata:
+                    self.groups.pop(group_id, None)
+                continue
+            group = self.groups.get(group_id)
+            if group is None or group.members:
+                group = self.groups[group_id] = Group(group_id, self.wall_clock())
+            group.consumer = consumer_state
         for group_id, group_offsets in offsets.items():
             if not group_offsets:
                 continue
@@ -515,6 +600,7 @@ class GroupCoordinator:
                 group = self.groups[group_id]
                 for member in group.members.values():
                     self._reschedule_heartbeat(group, member)
+                self.consumer.on_loaded(group)
             log.info("Coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
         elif state.leader != node_id and index in self.owned_partitions:
             self.on_partition_removed(OFFSETS_TOPIC, index)
@@ -538,6 +624,7 @@ class GroupCoordinator:
             self._timers.cancel(self._heartbeat_key(group, member_id))
         self._timers.cancel(("join", group.group_id))
         self._timers.cancel(("sync", group.group_id))
+        self.consumer.on_unloaded(group)
         group.transition_to(DEAD, self.wall_clock())
 
     @staticmethod
@@ -734,6 +821,15 @@ class GroupCoordinator:
             req.rebalance_timeout_ms = req.session_timeout_ms  # JoinGroup v0 has no rebalance timeout
         is_unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
+        if group is not None and group.consumer is not None:
+            if group.has_consumer_members():
+                return self.consumer.classic_join(
+                    group, req.member_id, req.group_instance_id, req.protocol_type, req.protocols,
+                    req.session_timeout_ms, req.rebalance_timeout_ms, req.client_id, req.client_host, req.version,
+                    req.topics or (lambda: []))
+            error = self._drop_empty_consumer_group(group)
+            if error:
+                return JoinResult(error, req.member_id)
         is_new_group = group is None
         if group is None:
             if not is_unknown:
@@ -753,6 +849,16 @@ class GroupCoordinator:
             if error and outcome.error == ErrorCode.NONE:
                 outcome = JoinResult(error, req.member_id)
         return outcome
+
+    def _drop_empty_consumer_group(self, group: Group) -> int:
+        """An empty consumer group joined with the classic protocol becomes a classic group
+        (its offsets stay), as Kafka's classicGroupJoin does."""
+        try:
+            self._append(group.group_id, consumer_records.group_tombstones(group.group_id))
+        except (KafkaError, OSError) as exc:
+            return _store_error(exc)
+        group.consumer = None
+        return ErrorCode.NONE
 
     def _accept_joining_member(self, group: Group, member_id: str) -> bool:
         max_size = self.config.group_max_size
@@ -916,6 +1022,9 @@ class GroupCoordinator:
         if error:
             return SyncResult(error)
         group = self.groups.get(group_id)
+        if group is not None and group.has_consumer_members():
+            return self.consumer.classic_sync(group, member_id, instance_id, generation_id, protocol_type,
+                                              protocol_name)
         if group is None or group.is_in(EMPTY):
             return SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)
         if group.is_in(DEAD):
@@ -992,6 +1101,8 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.has_consumer_members():
+            return self.consumer.classic_heartbeat(group, member_id, instance_id, generation_id)
         error = self._validate_member(group, member_id, instance_id)
         if error:
             return error
@@ -1014,6 +1125,8 @@ class GroupCoordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID, []
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
+        if group.has_consumer_members():
+            return ErrorCode.NONE, self.consumer.classic_leave(group, members)
         errors = []
         for member_id, instance_id in members:
             if member_id == "":
@@ -1038,9 +1151,11 @@ class GroupCoordinator:
     # ---- offsets ------------------------------------------------------------------------------
 
     def _validate_offset_commit(self, group: Group, member_id: str, instance_id: str | None,
-                                generation_id: int) -> int:
+                                generation_id: int, version: int) -> int:
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return group.consumer.validate_offset_commit(member_id, generation_id, version)
         if generation_id < 0 and group.is_in(EMPTY):
             return ErrorCode.NONE
         if generation_id >= 0 or member_id != "" or instance_id is not None:
@@ -1072,7 +1187,7 @@ class GroupCoordinator:
                 else:
                     error = ErrorCode.GROUP_ID_NOT_FOUND if version >= 9 else ErrorCode.ILLEGAL_GENERATION
             else:
-                error = self._validate_offset_commit(group, member_id, instance_id, generation_id)
+                error = self._validate_offset_commit(group, member_id, instance_id, generation_id, version)
         if error:
             return [error] * len(partitions)
         assert group is not None
@@ -1144,8 +1259,11 @@ class GroupCoordinator:
         return errors
 
     def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                      require_stable: bool = False) -> tuple[int, list[FetchedOffset]]:
-        """(group error, offsets); ``topics`` None means every committed partition of the group."""
+                      require_stable: bool = False, member_id: str | None = None,
+                      member_epoch: int = -1) -> tuple[int, list[FetchedOffset]]:
+        """(group error, offsets); ``topics`` None means every committed partition of the group.
+        ``member_id``/``member_epoch`` (OffsetFetch v9+) are checked against a consumer group's
+        member (Kafka's validateOffsetFetch)."""
         if group_id and not self.is_coordinator_for(group_id):
             return ErrorCode.NOT_COORDINATOR, []
         if self.loading:
@@ -1153,6 +1271,10 @@ class GroupCoordinator:
         if not group_id and topics is None:
             return ErrorCode.NONE, []
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            error = group.consumer.validate_offset_fetch(member_id, member_epoch)
+            if error:
+                return error, []
         offsets = group.offsets if group is not None and not group.is_in(DEAD) else {}
         if topics is None:
             return ErrorCode.NONE, [
@@ -1180,6 +1302,9 @@ class GroupCoordinator:
         (with a generation given) a stale generation are refused."""
         if group.is_in(DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.consumer is not None:
+            return group.consumer.validate_offset_commit(member_id, generation_id, 5, transactional=True,
+                                                         instance_id=instance_id)
         if instance_id is not None:
             known = group.static_members.get(instance_id)
             if known is not None and known != member_id:
@@ -1267,13 +1392,14 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None or group.is_in(DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, []
+        consumer_members = group.has_consumer_members()
         if not group.is_in(EMPTY) and not group.uses_consumer_protocol():
             return ErrorCode.NON_EMPTY_GROUP, []
         errors = []
         records = []
         to_delete = []
         for topic, index in partitions:
-            if not group.is_in(EMPTY) and group.is_subscribed_to(topic):
+            if (consumer_members or not group.is_in(EMPTY)) and group.is_subscribed_to(topic):
                 errors.append(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
                 continue
             errors.append(ErrorCode.NONE)
@@ -1301,11 +1427,10 @@ class GroupCoordinator:
     def list_groups(self, states: list[str] | None = None, types: list[str] | None = None) -> list[Group]:
         wanted_states = {s.lower() for s in states} if states else None
         wanted_types = {t.lower() for t in types} if types else None
-        if wanted_types is not None and "classic" not in wanted_types:
-            return []
         return [
             g for g in self.groups.values()
-            if not g.is_in(DEAD) and (wanted_states is None or g.state.value.lower() in wanted_states)
+            if not g.is_in(DEAD) and (wanted_states is None or g.state_name().lower() in wanted_states)
+            and (wanted_types is None or g.type_name() in wanted_types)
         ]
 
     def delete_groups(self, group_ids: list[str]) -> list[int]:
@@ -1319,11 +1444,14 @@ class GroupCoordinator:
             if group is None or group.is_in(DEAD):
                 results.append(ErrorCode.GROUP_ID_NOT_FOUND)
                 continue
-            if not group.is_in(EMPTY):
+            if not group.is_in(EMPTY) or group.has_consumer_members():
                 results.append(ErrorCode.NON_EMPTY_GROUP)
                 continue
             records = [(storage.offset_commit_key(group_id, t, p), None) for (t, p) in group.offsets]
-            records.append((storage.group_metadata_key(group_id), None))
+            if group.consumer is not None:
+                records.extend(consumer_records.group_tombstones(group_id))
+            else:
+                records.append((storage.group_metadata_key(group_id), None))
             try:
                 self._append(group_id, records)
             except (KafkaError, OSError) as exc:
@@ -1347,7 +1475,11 @@ class GroupCoordinator:
                 continue
             base: Callable[[OffsetCommitValue], int] | None = None
             subscribed: set[str] | None = None
-            if group.protocol_type:
+            if group.has_consumer_members():
+                assert group.consumer is not None
+                subscribed = group.consumer.subscribed_topic_names()
+                base = lambda v: v.commit_timestamp  # noqa: E731
+            elif group.protocol_type:
                 if group.is_in(EMPTY):
                     state_ts = group.state_timestamp
                     base = (lambda v, ts=state_ts: ts if ts is not None else v.commit_timestamp)
@@ -1368,9 +1500,13 @@ class GroupCoordinator:
                     elif now - base(value) >= retention:
                         expired.append(tp)
             records = [(storage.offset_commit_key(group.group_id, t, p), None) for (t, p) in expired]
-            becomes_dead = group.is_in(EMPTY) and len(expired) == len(group.offsets) and not group.members
+            becomes_dead = (group.is_in(EMPTY) and len(expired) == len(group.offsets) and not group.members
+                            and not group.has_consumer_members())
             if becomes_dead:
-                records.append((storage.group_metadata_key(group.group_id), None))
+                if group.consumer is not None:
+                    records.extend(consumer_records.group_tombstones(group.group_id))
+                else:
+                    records.append((storage.group_metadata_key(group.group_id), None))
             if not records:
                 continue
             try:

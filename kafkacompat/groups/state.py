@@ -13,6 +13,7 @@ from enum import Enum
 
 import trio
 
+from kafkacompat.groups.consumer_group import ConsumerGroupState
 from kafkacompat.groups.storage import OffsetCommitValue
 
 
@@ -148,8 +149,13 @@ class Group:
         # completes later must not overwrite a newer one), and commits waiting for the ISR.
         self.offset_positions: dict[tuple[str, int], int] = {}
         self.pending_commits: Counter[tuple[str, int]] = Counter()
+        # Set while the group is a KIP-848 consumer group (groups/consumer_coordinator.py); the
+        # classic fields above are then unused but for the committed offsets.
+        self.consumer: ConsumerGroupState | None = None
 
     def __repr__(self) -> str:
+        if self.consumer is not None:
+            return repr(self.consumer)
         return f"Group({self.group_id!r}, {self.state.value}, generation {self.generation_id}, {len(self.members)} members)"
 
     # ---- committed offsets ----------------------------------------------------------------
@@ -190,6 +196,16 @@ class Group:
         return self.state in VALID_PREVIOUS_STATES[GroupState.PREPARING_REBALANCE]
 
     # ---- members --------------------------------------------------------------------------
+
+    def has_consumer_members(self) -> bool:
+        return self.consumer is not None and not self.consumer.is_empty()
+
+    def type_name(self) -> str:
+        """ListGroups' GroupType."""
+        return "consumer" if self.consumer is not None else "classic"
+
+    def state_name(self) -> str:
+        return self.consumer.state_name() if self.consumer is not None else self.state.value
 
     def has_member(self, member_id: str) -> bool:
         return member_id in self.members
@@ -320,5 +336,7 @@ class Group:
         return topics
 
     def is_subscribed_to(self, topic: str) -> bool:
+        if self.consumer is not None:
+            return self.consumer.is_subscribed_to(topic)
         topics = self.subscribed_topics()
         return topic in topics if topics is not None else self.uses_consumer_protocol()

@@ -2,13 +2,15 @@
 
 As in Kafka's broker (AuthHelper.computeDescribeClusterResponse): a request for the controller
 endpoints (endpoint_type 2, KIP-919) sent to a broker gets MISMATCHED_ENDPOINT_TYPE, an unknown
-endpoint type UNSUPPORTED_ENDPOINT_TYPE, and v0 gets INVALID_REQUEST for either. Without an
-authorizer every cluster operation is allowed, so the authorized operations are all of them.
+endpoint type UNSUPPORTED_ENDPOINT_TYPE, and v0 gets INVALID_REQUEST for either. The cluster's
+authorized operations are the principal's (all of them without an authorizer), or none without
+DESCRIBE on the cluster, as Kafka's.
 """
 
 from __future__ import annotations
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
 
@@ -17,16 +19,14 @@ DESCRIBE_CLUSTER = 60
 ENDPOINT_TYPE_NAMES = {1: "BROKER", 2: "CONTROLLER"}
 BROKER_ENDPOINT = 1
 
-# AclOperation codes Kafka supports on the CLUSTER resource (AclEntry.supportedOperations):
-# CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11,
-# IDEMPOTENT_WRITE 12.
-CLUSTER_OPERATIONS = frozenset({5, 7, 8, 9, 10, 11, 12})
 # The int32 authorized-operations fields: Kafka's "not asked for" value, or a bit per AclOperation code.
 OPERATIONS_OMITTED = -2147483648
 
 
-def operations_bitfield(operations: frozenset[int]) -> int:
-    return sum(1 << code for code in operations)
+def cluster_authorized_operations(ctx: RequestContext) -> int:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return 0
+    return ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | None:
@@ -44,8 +44,10 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[int, str] | 
 
 def _brokers(ctx: RequestContext) -> list:
     broker_cls = response_class(DESCRIBE_CLUSTER).DescribeClusterBroker
-    return [broker_cls(broker_id=b.broker_id, host=b.host, port=b.port, rack=b.rack, is_fenced=False)
-            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
+    listener = ctx.listener_name
+    return [broker_cls(broker_id=b.broker_id, host=host, port=port, rack=b.rack, is_fenced=False)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)
+            for host, port in [b.address(listener)]]
 
 
 @handles(DESCRIBE_CLUSTER, 0, 2)
@@ -57,7 +59,7 @@ async def handle_describe_cluster(request, ctx: RequestContext):
             DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=code, error_message=message,
             endpoint_type=BROKER_ENDPOINT, cluster_id="", controller_id=-1, brokers=[],
         )
-    operations = (operations_bitfield(CLUSTER_OPERATIONS) if request.include_cluster_authorized_operations
+    operations = (cluster_authorized_operations(ctx) if request.include_cluster_authorized_operations
                   else OPERATIONS_OMITTED)
     return response_for(
         DESCRIBE_CLUSTER, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,

@@ -39,6 +39,7 @@ from kafkacompat.config import (
 )
 from kafkacompat.controller.topics import validate_topic_name
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -250,9 +251,24 @@ def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, incl
     )
 
 
+def check_config_access(ctx: RequestContext, operation: AclOperation, resource_type: int, name: str) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on what the config resource belongs to (Kafka's
+    configsAuthorizationApiError): the cluster for broker, broker logger and client-metrics
+    configs, else the topic or group; raises KafkaError with the matching code."""
+    if resource_type == TOPIC:
+        allowed, code = ctx.authorize(operation, ResourceType.TOPIC, name), ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif resource_type == GROUP:
+        allowed, code = ctx.authorize(operation, ResourceType.GROUP, name), ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        allowed, code = ctx.authorize_cluster(operation), ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    if not allowed:
+        raise KafkaError(code, None)
+
+
 def _describe_resource(ctx: RequestContext, resource, result_cls, include_synonyms: bool, include_docs: bool):
     entry_cls = result_cls.DescribeConfigsResourceResult
     try:
+        check_config_access(ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
         describe = DESCRIBERS.get(resource.resource_type)
         if describe is None:
             kind = RESOURCE_TYPE_NAMES[resource.resource_type]
@@ -451,6 +467,7 @@ async def _alter_results(ctx: RequestContext, request, api_key: int, alter) -> l
         try:
             if seen[(resource.resource_type, resource.resource_name)] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Each resource must appear at most once.")
+            check_config_access(ctx, AclOperation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
             await alter(ctx, resource, bool(request.validate_only))
         except KafkaError as exc:
             code, message = exc.code, exc.message

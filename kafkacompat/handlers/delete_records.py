@@ -24,6 +24,7 @@ import trio
 
 from kafkacompat.controller.topics import INTERNAL_TOPICS
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -72,6 +73,9 @@ def _known_to_metadata(ctx: RequestContext, topic: str, index: int) -> bool:
 def _check_locally(ctx: RequestContext, deletion: Deletion) -> None:
     """Kafka's checks, in its order; a deletion that passes them has its partition and the
     offset its log start is to reach."""
+    if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, deletion.topic):
+        deletion.fail(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        return
     if not _known_to_metadata(ctx, deletion.topic, deletion.index):
         deletion.fail(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return

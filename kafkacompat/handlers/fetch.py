@@ -21,6 +21,7 @@ import trio
 
 from kafkacompat.handlers.offset_for_leader_epoch import check_current_leader_epoch
 from kafkacompat.handlers.registry import RequestContext, handles
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.chunks import FileRegion, StreamedChunk, close_chunks
 from kafkacompat.wire.downconvert import (
     OVERFLOW_MARKER,
@@ -47,6 +48,7 @@ TOPIC_IDS_SINCE = 13
 ZSTD_SINCE_FETCH_VERSION = 10  # KIP-110: older fetchers cannot read zstd
 MAGIC_2_SINCE_FETCH_VERSION = 4  # older fetchers read legacy message sets (magic 0/1) only
 HARD_LIMIT_UNTIL_FETCH_VERSION = 2  # v0-2: partition_max_bytes is a hard limit (before KIP-74)
+THROTTLED_BY_CLIENT_SINCE = 8  # KIP-219: from Fetch v8 the client honours throttle_time_ms
 STORAGE_ERROR_SINCE_FETCH_VERSION = 6  # older clients get NOT_LEADER_OR_FOLLOWER instead
 
 
@@ -56,6 +58,7 @@ class FetchResponseData:
     error_code: int = 0
     session_id: int = 0
     node_endpoints: list[NodeEndpoint] | None = None
+    throttle_time_ms: int = 0
 
 
 def _decode(version: int, body: memoryview) -> FetchRequestData:
@@ -65,7 +68,7 @@ def _decode(version: int, body: memoryview) -> FetchRequestData:
 def _encode(response: FetchResponseData, version: int):
     return encode_fetch_response(
         response.topics, version=version, error_code=response.error_code, session_id=response.session_id,
-        node_endpoints=response.node_endpoints,
+        node_endpoints=response.node_endpoints, throttle_time_ms=response.throttle_time_ms,
     )
 
 
@@ -81,6 +84,12 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
     while True:
         topics, total_bytes, has_error, partitions = _read_all(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
+            throttle_ms = _over_quota(request, ctx, total_bytes)
+            if throttle_ms:
+                _close_records(topics)
+                error, session_id = session.throttled()
+                await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+                return FetchResponseData([], error, session_id, throttle_time_ms=throttle_ms)
             error, session_id, topics = session.respond(topics)
             return FetchResponseData(topics, error, session_id, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
@@ -101,9 +110,36 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
     while True:
         topics, total_bytes, has_error, partitions = await _read_all_old(request, ctx)
         if _answer_now(request, total_bytes, has_error, partitions, deadline):
+            throttle_ms = _over_quota(request, ctx, total_bytes)
+            if throttle_ms:
+                _close_records(topics)
+                await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+                return FetchResponseData([], throttle_time_ms=throttle_ms)
             return FetchResponseData(topics)
         _close_records(topics)
         await _wait_for_data(partitions, deadline)
+
+
+def _over_quota(request: FetchRequestData, ctx: RequestContext, total_bytes: int) -> int:
+    """A consumer's consumer_byte_rate quota (followers are not throttled by it): the throttle
+    time when these bytes take it over, and then they are not counted, as the fetch is answered
+    empty (Kafka's handleFetchRequest)."""
+    if request.replica_id >= 0:
+        return 0
+    throttle_ms = ctx.record_fetch_bytes(total_bytes)
+    if throttle_ms > 0:
+        ctx.unrecord_fetch_bytes(total_bytes)
+    return throttle_ms
+
+
+def _denied(ctx: RequestContext, request: FetchRequestData, name: str | None) -> bool:
+    """Kafka's checks: a follower's fetch needs CLUSTER_ACTION on the cluster, a consumer's READ
+    on each topic (TOPIC_AUTHORIZATION_FAILED for every partition of a topic it may not read)."""
+    if ctx.services.authorizer is None or name is None:
+        return False
+    if request.replica_id >= 0:
+        return not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
+    return not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)
 
 
 def _close_records(topics: list[FetchTopicResult]) -> None:
@@ -126,6 +162,10 @@ async def _read_all_old(request: FetchRequestData, ctx: RequestContext):
     for wanted in request.topics:
         topic = ctx.metadata.topic(wanted.name)
         results = []
+        if _denied(ctx, request, wanted.name):
+            topics.append(FetchTopicResult(wanted.name, None, [
+                FetchPartitionResult(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in wanted.partitions]))
+            continue
         for wanted_partition in wanted.partitions:
             # v0-2 read a first batch larger than the limit only to answer with the overflow
             # marker; a limit of 0 reads nothing (Kafka's LogSegment.read).
@@ -222,6 +262,12 @@ def _read_all(request: FetchRequestData, ctx: RequestContext):
     for wanted in request.topics:
         topic = ctx.metadata.topic_by_id(wanted.topic_id) if use_ids else ctx.metadata.topic(wanted.name)
         results = []
+        name = (topic.name if topic is not None else None) if use_ids else wanted.name
+        if _denied(ctx, request, name):
+            has_error = True
+            topics.append(FetchTopicResult(wanted.name if not use_ids else "", wanted.topic_id, [
+                FetchPartitionResult(p.partition, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in wanted.partitions]))
+            continue
         for wanted_partition in wanted.partitions:
             result, partition = _read_partition(
                 ctx, request, topic, wanted_partition, remaining, min_one_batch=total == 0, use_ids=use_ids
@@ -333,4 +379,4 @@ def _leader_endpoints(ctx: RequestContext, topics: list[FetchTopicResult]) -> li
     if ctx.version < 16:
         return None
     leaders = {p.current_leader[0] for t in topics for p in t.partitions if p.current_leader is not None}
-    return ctx.replicas.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders, ctx.listener_name) if leaders else None

@@ -7,8 +7,9 @@ import logging
 
 from kafkacompat.groups.coordinator import OFFSETS_TOPIC, JoinRequest
 from kafkacompat.groups.state import GroupState
-from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, operations_bitfield
+from kafkacompat.handlers.cluster import OPERATIONS_OMITTED
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.handlers.transactions import find_transaction_coordinator
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode, KafkaError
@@ -26,8 +27,12 @@ DELETE_GROUPS = 42
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
-# With no authorizer every group operation is allowed: READ, DELETE, DESCRIBE (AclOperation codes).
-GROUP_OPERATIONS = frozenset({3, 6, 8})
+GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
+
+
+def may_read_group(ctx: RequestContext, group_id: str) -> bool:
+    """Kafka's check for every request of a group's members: READ on the group."""
+    return ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
 def coordinator(ctx: RequestContext):
@@ -78,14 +83,18 @@ async def _find_group_coordinator(ctx: RequestContext, key: str) -> tuple[int, i
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
     if state.leader == ctx.metadata.node_id and groups.loading:
         return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1, "", -1
-    return ErrorCode.NONE, info.broker_id, info.host, info.port
+    return ErrorCode.NONE, info.broker_id, *info.address(ctx.listener_name)
 
 
 async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int, str, int]:
     if key_type == GROUP_KEY_TYPE:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return GROUP_DENIED, -1, "", -1
         return await _find_group_coordinator(ctx, key)
     if key_type != TRANSACTION_KEY_TYPE:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        return ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1, "", -1
     return await find_transaction_coordinator(ctx, key)
 
 
@@ -110,6 +119,10 @@ async def handle_find_coordinator(request, ctx: RequestContext):
 
 @handles(JOIN_GROUP, 0, 9)
 async def handle_join_group(request, ctx: RequestContext):
+    if not may_read_group(ctx, request.group_id):
+        return response_for(JOIN_GROUP, ctx, throttle_time_ms=0, error_code=GROUP_DENIED, generation_id=-1,
+                            protocol_type=None, protocol_name=None if ctx.version >= 7 else "", leader="",
+                            skip_assignment=False, member_id="", members=[])
     join = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id or "",
@@ -122,6 +135,7 @@ async def handle_join_group(request, ctx: RequestContext):
         client_host=client_host(ctx),
         version=ctx.version,
         reason=request.reason,
+        topics=ctx.metadata.topics,
     )
     result = await coordinator(ctx).join_group(join)
     member_cls = response_class(JOIN_GROUP).JoinGroupResponseMember
@@ -138,6 +152,9 @@ async def handle_join_group(request, ctx: RequestContext):
 
 @handles(SYNC_GROUP, 0, 5)
 async def handle_sync_group(request, ctx: RequestContext):
+    if not may_read_group(ctx, request.group_id):
+        return response_for(SYNC_GROUP, ctx, throttle_time_ms=0, error_code=GROUP_DENIED, protocol_type=None,
+                            protocol_name=None, assignment=b"")
     assignments = {a.member_id: bytes(a.assignment or b"") for a in request.assignments or []}
     result = await coordinator(ctx).sync_group(
         request.group_id, request.generation_id, request.member_id,
@@ -155,6 +172,8 @@ async def handle_sync_group(request, ctx: RequestContext):
 
 @handles(HEARTBEAT, 0, 4)
 async def handle_heartbeat(request, ctx: RequestContext):
+    if not may_read_group(ctx, request.group_id):
+        return response_for(HEARTBEAT, ctx, throttle_time_ms=0, error_code=GROUP_DENIED)
     error = coordinator(ctx).heartbeat(
         request.group_id, request.generation_id, request.member_id,
         request.group_instance_id if ctx.version >= 3 else None,
@@ -164,6 +183,8 @@ async def handle_heartbeat(request, ctx: RequestContext):
 
 @handles(LEAVE_GROUP, 0, 5)
 async def handle_leave_group(request, ctx: RequestContext):
+    if not may_read_group(ctx, request.group_id):
+        return response_for(LEAVE_GROUP, ctx, throttle_time_ms=0, error_code=GROUP_DENIED, members=[])
     if ctx.version >= 3:
         identities = [(m.member_id or "", m.group_instance_id) for m in request.members or []]
     else:
@@ -184,19 +205,33 @@ async def handle_leave_group(request, ctx: RequestContext):
 # ---- DescribeGroups / ListGroups / DeleteGroups -----------------------------------------------
 
 
-@handles(DESCRIBE_GROUPS, 0, 5)
+@handles(DESCRIBE_GROUPS, 0, 6)
 async def handle_describe_groups(request, ctx: RequestContext):
     group_cls = response_class(DESCRIBE_GROUPS).DescribedGroup
     member_cls = group_cls.DescribedGroupMember
     include_ops = ctx.version >= 3 and bool(request.include_authorized_operations)
     groups = []
     for group_id in request.groups or []:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(group_cls(error_code=GROUP_DENIED, group_id=group_id, group_state="", protocol_type="",
+                                    protocol_data="", members=[]))
+            continue
         error, group = coordinator(ctx).describe_group(group_id)
-        operations = operations_bitfield(GROUP_OPERATIONS) if include_ops else OPERATIONS_OMITTED
+        operations = ctx.authorized_operations(ResourceType.GROUP, group_id) if include_ops else OPERATIONS_OMITTED
+        message = None
+        if not error and (group is None or group.consumer is not None or group.is_in(GroupState.DEAD)):
+            # Kafka describes classic groups only: another group, or none, is Dead before v6 and
+            # GROUP_ID_NOT_FOUND from v6 (consumer groups are for ConsumerGroupDescribe).
+            if ctx.version >= 6:
+                error = ErrorCode.GROUP_ID_NOT_FOUND
+                message = (f"Group {group_id} is not a classic group." if group is not None and group.consumer
+                           else f"Group {group_id} not found.")
+            group = None
         if error or group is None:
             groups.append(group_cls(
-                error_code=error, group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="",
-                protocol_data="", members=[], authorized_operations=operations,
+                error_code=error, error_message=message if error == ErrorCode.GROUP_ID_NOT_FOUND else _message(error),
+                group_id=group_id, group_state=GroupState.DEAD.value, protocol_type="", protocol_data="",
+                members=[], authorized_operations=operations,
             ))
             continue
         stable = group.state == GroupState.STABLE
@@ -224,10 +259,13 @@ async def handle_list_groups(request, ctx: RequestContext):
     if coordinator(ctx).loading:
         return response_for(LIST_GROUPS, ctx, throttle_time_ms=0,
                             error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, groups=[])
+    # Without DESCRIBE on the cluster, only the groups the client may DESCRIBE are listed.
+    everything = ctx.authorize_cluster(AclOperation.DESCRIBE, log_denied=False)
     groups = [
-        listed_cls(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state.value,
-                   group_type="classic")
+        listed_cls(group_id=g.group_id, protocol_type="consumer" if g.consumer is not None else g.protocol_type or "",
+                   group_state=g.state_name(), group_type=g.type_name())
         for g in coordinator(ctx).list_groups(states, types)
+        if everything or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
     ]
     return response_for(LIST_GROUPS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
@@ -236,8 +274,9 @@ async def handle_list_groups(request, ctx: RequestContext):
 async def handle_delete_groups(request, ctx: RequestContext):
     result_cls = response_class(DELETE_GROUPS).DeletableGroupResult
     names = list(request.groups_names or [])
-    errors = coordinator(ctx).delete_groups(names)
+    allowed = [name for name in names if ctx.authorize(AclOperation.DELETE, ResourceType.GROUP, name)]
+    outcome = dict(zip(allowed, coordinator(ctx).delete_groups(allowed)))
     return response_for(
         DELETE_GROUPS, ctx, throttle_time_ms=0,
-        results=[result_cls(group_id=name, error_code=error) for name, error in zip(names, errors)],
+        results=[result_cls(group_id=name, error_code=outcome.get(name, GROUP_DENIED)) for name in names],
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -36,6 +37,9 @@ async def handle_elect_leaders(request, ctx: RequestContext):
     cls = response_class(ELECT_LEADERS)
     result_cls = cls.ReplicaElectionResult
     partition_cls = result_cls.PartitionResult
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                            replica_election_results=[])
     election_type = request.election_type if ctx.version >= 1 else PREFERRED
     if election_type not in (PREFERRED, UNCLEAN):
         return response_for(ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.INVALID_REQUEST,
@@ -63,6 +67,9 @@ async def handle_describe_log_dirs(request, ctx: RequestContext):
     topic_cls = result_cls.DescribeLogDirsTopic
     partition_cls = topic_cls.DescribeLogDirsPartition
     replicas = ctx.replicas
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return response_for(DESCRIBE_LOG_DIRS, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     if request.topics is None:
         wanted = sorted(replicas.partitions)
     else:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.replication.partition import Partition
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -213,12 +214,16 @@ async def handle_list_offsets(request, ctx: RequestContext):
     topics = []
     for topic in request.topics:
         partitions = []
+        described = ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for wanted in topic.partitions:
             key = (topic.name, wanted.partition_index)
             if key in answered:
                 continue  # Kafka answers a partition named twice once, with INVALID_REQUEST
             answered.add(key)
-            if key in duplicates:
+            if not described:
+                partitions.append(_partition_result(partition_cls, wanted.partition_index,
+                                                    ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            elif key in duplicates:
                 partitions.append(_partition_result(partition_cls, wanted.partition_index, ErrorCode.INVALID_REQUEST))
             elif ctx.version == 0:
                 partitions.append(_list_partition_v0(ctx, request, topic.name, wanted, partition_cls))

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
-from kafkacompat.handlers.cluster import CLUSTER_OPERATIONS, OPERATIONS_OMITTED, operations_bitfield
+from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, cluster_authorized_operations
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 METADATA = 3
-# With no authorizer every operation is allowed: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
-# DESCRIBE_CONFIGS, ALTER_CONFIGS (Kafka's AclOperation codes).
-TOPIC_OPERATIONS = frozenset({3, 4, 5, 6, 7, 8, 10, 11})
 
 
 def _requested_topics(request, version: int) -> list | None:
@@ -37,6 +35,8 @@ async def _resolve(
     except KafkaError as exc:
         return None, exc.code, name
     if ctx.config.auto_create_topics_enable and allow_auto_create and not metadata.colliding_topic(name):
+        if not (ctx.authorize_cluster(AclOperation.CREATE, log_denied=False) or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name)):
+            return None, ErrorCode.TOPIC_AUTHORIZATION_FAILED, name
         try:
             return await ctx.admin.auto_create_topic(name), ErrorCode.NONE, name
         except KafkaError as exc:
@@ -52,7 +52,8 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     return cls(
         error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
         partitions=partitions,
-        topic_authorized_operations=operations_bitfield(TOPIC_OPERATIONS) if include_operations else OPERATIONS_OMITTED,
+        topic_authorized_operations=(ctx.authorized_operations(ResourceType.TOPIC, topic.name) if include_operations
+                                     else OPERATIONS_OMITTED),
     )
 
 
@@ -77,8 +78,26 @@ def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index:
 
 def broker_list(ctx: RequestContext) -> list:
     cls = response_class(METADATA).MetadataResponseBroker
-    return [cls(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)]
+    listener = ctx.listener_name
+    return [cls(node_id=b.broker_id, host=host, port=port, rack=b.rack)
+            for b in sorted(ctx.metadata.brokers().values(), key=lambda b: b.broker_id)
+            for host, port in [b.address(listener)]]
+
+
+def _describe_denied(ctx: RequestContext, wanted):
+    """A requested topic the client may not DESCRIBE: TOPIC_AUTHORIZATION_FAILED whether it exists
+    or not (Kafka does not disclose it), with the name asked for, or only the id when asked by id
+    (ids are not secret). An unknown id is UNKNOWN_TOPIC_ID whoever asks."""
+    cls = response_class(METADATA).MetadataResponseTopic
+    if wanted.name:
+        if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, wanted.name):
+            return None
+        return cls(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name, is_internal=False, partitions=[])
+    known = ctx.metadata.topic_by_id(wanted.topic_id) if wanted.topic_id is not None else None
+    if known is None or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, known.name):
+        return None
+    return cls(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None, topic_id=wanted.topic_id,
+               is_internal=False, partitions=[])
 
 
 @handles(METADATA, 0, 13)
@@ -91,9 +110,15 @@ async def handle_metadata(request, ctx: RequestContext):
     include_cluster_ops = 8 <= ctx.version <= 10 and bool(request.include_cluster_authorized_operations)
     topics = []
     if requested is None:
-        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.metadata.topics()]
+        # Topics the client may not DESCRIBE are left out (Kafka logs those denials at debug only).
+        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.metadata.topics()
+                  if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name, log_denied=False)]
     else:
         for wanted in requested:
+            denied = _describe_denied(ctx, wanted)
+            if denied is not None:
+                topics.append(denied)
+                continue
             topic, error, name = await _resolve(ctx, wanted.name, wanted.topic_id, allow_auto_create)
             if topic is not None:
                 topics.append(topic_metadata(ctx, topic, include_topic_ops))
@@ -104,6 +129,6 @@ async def handle_metadata(request, ctx: RequestContext):
     return response_for(
         METADATA, ctx, throttle_time_ms=0, brokers=broker_list(ctx), cluster_id=ctx.metadata.cluster_id,
         controller_id=ctx.metadata.controller_id, topics=topics,
-        cluster_authorized_operations=(operations_bitfield(CLUSTER_OPERATIONS) if include_cluster_ops
+        cluster_authorized_operations=(cluster_authorized_operations(ctx) if include_cluster_ops
                                        else OPERATIONS_OMITTED),
     )

@@ -6,6 +6,7 @@ leader change (KIP-320); followers may use it to find where to truncate (KIP-101
 from __future__ import annotations
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -17,8 +18,13 @@ DEBUGGING_REPLICA_ID = -2
 @handles(OFFSET_FOR_LEADER_EPOCH, 0, 4)
 async def handle_offset_for_leader_epoch(request, ctx: RequestContext):
     topic_cls = response_class(OFFSET_FOR_LEADER_EPOCH).OffsetForLeaderTopicResult
+    result_cls = topic_cls.EpochEndOffset
+    # Kafka: a broker (CLUSTER_ACTION) may ask about any topic, a client about those it may DESCRIBE.
+    replica = ctx.authorize_cluster(AclOperation.CLUSTER_ACTION, log_denied=False)
     topics = [topic_cls(topic=topic.topic, partitions=[
-        _end_offset(ctx, request, topic_cls.EpochEndOffset, topic.topic, p) for p in topic.partitions])
+        _end_offset(ctx, request, result_cls, topic.topic, p) for p in topic.partitions]
+        if replica or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.topic) else [
+        result_cls(partition=p.partition, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED) for p in topic.partitions])
         for topic in request.topics]
     return response_for(OFFSET_FOR_LEADER_EPOCH, ctx, throttle_time_ms=0, topics=topics)
 

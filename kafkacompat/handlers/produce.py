@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from kafkacompat.handlers.registry import RequestContext, handles
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.frame import ProtocolViolation
 from kafkacompat.wire.produce import (
@@ -56,10 +57,14 @@ PRODUCE = 0
 VALID_ACKS = (0, 1, -1)
 
 
+THROTTLED_BY_CLIENT_SINCE = 6  # KIP-219: from Produce v6 the client honours throttle_time_ms
+
+
 @dataclass(slots=True)
 class ProduceResponseData:
     topics: list[ProduceTopicResult]
     node_endpoints: list[NodeEndpoint] | None = None
+    throttle_time_ms: int = 0
 
 
 def _decode(version: int, body: memoryview) -> ProduceRequestData:
@@ -67,11 +72,18 @@ def _decode(version: int, body: memoryview) -> ProduceRequestData:
 
 
 def _encode(response: ProduceResponseData, version: int) -> bytes:
-    return encode_produce_response(response.topics, 0, version, response.node_endpoints)
+    return encode_produce_response(response.topics, response.throttle_time_ms, version, response.node_endpoints)
 
 
 @handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
+    if (ctx.services.authorizer is not None and _has_transactional_batch(request)
+            and not (request.transactional_id is not None
+                     and ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id))):
+        refused = _failed_everywhere(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if request.acks == 0:
+            _close_if_failed(ctx, request, refused.topics)
+        return refused
     waits: list[_Wait] = []
     flushes: list[_Flush] = []
     refusals = await _verify_transactions(ctx, request) if _has_transactional_batch(request) else {}
@@ -80,17 +92,44 @@ async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> Pr
             _produce_partition(ctx, request, topic.name, topic.topic_id, data, waits, flushes,
                                refusals.get((t, p)) if refusals else None)
             for p, data in enumerate(topic.partitions)
+        ] if _may_write(ctx, topic) else [
+            ProducePartitionResult(data.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED) for data in topic.partitions
         ])
         for t, topic in enumerate(request.topics)
     ]
     if request.acks == 0:
         _close_if_failed(ctx, request, results)
+        await ctx.throttle_for_quota(ctx.record_produce_bytes(), THROTTLED_BY_CLIENT_SINCE)
         return None
     if flushes:
         await _await_flushes(flushes)
     if waits:
         await _await_replication(waits, request.timeout_ms)
-    return ProduceResponseData(results, _leader_endpoints(ctx, results))
+    throttle_ms = ctx.record_produce_bytes()
+    await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
+    return ProduceResponseData(results, _leader_endpoints(ctx, results), throttle_ms)
+
+
+def _may_write(ctx: RequestContext, topic) -> bool:
+    """WRITE on the topic (Kafka's filterByAuthorized); a topic id this broker does not know is
+    left to the partition's UNKNOWN_TOPIC_ID."""
+    if ctx.services.authorizer is None:
+        return True
+    name = topic.name
+    if not name and topic.topic_id is not None:
+        known = ctx.metadata.topic_by_id(topic.topic_id)
+        if known is None:
+            return True
+        name = known.name
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, name)
+
+
+def _failed_everywhere(request: ProduceRequestData, code: int) -> ProduceResponseData:
+    return ProduceResponseData([
+        ProduceTopicResult(topic.name, topic.topic_id,
+                           [ProducePartitionResult(data.index, code) for data in topic.partitions])
+        for topic in request.topics
+    ])
 
 
 @dataclass(slots=True)
@@ -164,7 +203,7 @@ def _leader_endpoints(ctx: RequestContext, results: list[ProduceTopicResult]) ->
     if ctx.version < 10:
         return None
     leaders = {p.current_leader[0] for t in results for p in t.partitions if p.current_leader is not None}
-    return ctx.replicas.node_endpoints(leaders) if leaders else None
+    return ctx.replicas.node_endpoints(leaders, ctx.listener_name) if leaders else None
 
 
 def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: str, topic_id,

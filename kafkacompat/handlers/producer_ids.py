@@ -24,6 +24,7 @@ from kafkacompat.controller.producer_ids import ProducerIdsExhaustedError
 from kafkacompat.controller.store import StoreError
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.handlers.transactions import init_transactional_producer
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode
 
@@ -49,6 +50,8 @@ async def handle_init_producer_id(request, ctx: RequestContext):
         if (given_id == NO_PRODUCER_ID) != (given_epoch == NO_PRODUCER_EPOCH):
             return _init_response(ctx, ErrorCode.INVALID_REQUEST)
     if transactional_id is not None:
+        if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return _init_response(ctx, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         if transactional_id == "":
             return _init_response(ctx, ErrorCode.INVALID_REQUEST)
         try:
@@ -60,6 +63,9 @@ async def handle_init_producer_id(request, ctx: RequestContext):
             log.error("InitProducerId from client %s: %s", ctx.client_id, exc)
             return _init_response(ctx, ErrorCode.UNKNOWN_SERVER_ERROR)
         return _init_response(ctx, error, producer_id, epoch)
+    elif not (ctx.authorize_cluster(AclOperation.IDEMPOTENT_WRITE, log_denied=False)
+              or ctx.authorize_by_resource_type(AclOperation.WRITE, ResourceType.TOPIC)):
+        return _init_response(ctx, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id = await ctx.producer_ids.generate()
     except (OSError, StoreError, ValueError) as error:
@@ -82,7 +88,12 @@ async def handle_describe_producers(request, ctx: RequestContext):
     topics = []
     for topic in request.topics:
         partitions = []
+        readable = ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name)
         for index in topic.partition_indexes:
+            if not readable:
+                partitions.append(partition_cls(partition_index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                                error_message=None, active_producers=[]))
+                continue
             partition = ctx.replicas.partition(topic.name, index)
             if partition is None:
                 partitions.append(partition_cls(

@@ -2,8 +2,9 @@
 
 The rules and the storage are in controller/client_quotas.py (Kafka's validation and filter
 matching; ZooKeeper mode's /config/users, /config/clients, /config/ips in the metadata store, so
-quotas survive restarts and every broker of a cluster sees them). Quotas are stored, not
-enforced: no client is throttled.
+quotas survive restarts and every broker of a cluster sees them). Enforcing them is quotas.py's
+(told at once when this broker alters them). Describing needs DESCRIBE_CONFIGS on the cluster,
+altering ALTER_CONFIGS (CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kafkacompat.controller.client_quotas import (
     parse_filter,
 )
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -23,6 +25,9 @@ ALTER_CLIENT_QUOTAS = 49
 
 @handles(DESCRIBE_CLIENT_QUOTAS, 0, 1)
 async def handle_describe_client_quotas(request, ctx: RequestContext):
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):
+        return response_for(DESCRIBE_CLIENT_QUOTAS, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, entries=None)
     try:
         quota_filter = parse_filter(
             ((c.entity_type, c.match_type, c.match) for c in request.components or []), bool(request.strict))
@@ -57,9 +62,13 @@ def _alterations(request) -> list[QuotaAlteration]:
 async def handle_alter_client_quotas(request, ctx: RequestContext):
     alterations = _alterations(request)
     try:
+        if not ctx.authorize_cluster(AclOperation.ALTER_CONFIGS):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
         results = await ctx.admin.quota_store().alter(alterations, bool(request.validate_only))
     except KafkaError as error:
         results = list({alteration.entity: error for alteration in alterations}.items())
+    if ctx.services.quotas is not None and not request.validate_only:
+        ctx.services.quotas.changed()
     entry_cls = response_class(ALTER_CLIENT_QUOTAS).EntryData
     entity_cls = entry_cls.EntityData
     entries = [

@@ -1,11 +1,13 @@
 """AlterPartitionReassignments and ListPartitionReassignments (KIP-455): moving partitions to other
 brokers, through the controller's store (kafkacompat/controller/reassignment.py). A null replica
 list cancels a move; v1's allow_replication_factor_change=false refuses a target of another size.
-On a single node a partition can only be "moved" to where it is."""
+On a single node a partition can only be "moved" to where it is. Altering needs ALTER on the cluster,
+listing DESCRIBE (CLUSTER_AUTHORIZATION_FAILED), as Kafka."""
 
 from __future__ import annotations
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -19,6 +21,8 @@ async def handle_alter_partition_reassignments(request, ctx: RequestContext):
               for topic in request.topics for p in topic.partitions}
     allow = request.allow_replication_factor_change if ctx.version >= 1 else True
     try:
+        if not ctx.authorize_cluster(AclOperation.ALTER):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, None)
         results = await ctx.admin.alter_partition_reassignments(wanted, allow_replication_factor_change=allow)
     except KafkaError as exc:
         return response_for(ALTER_PARTITION_REASSIGNMENTS, ctx, throttle_time_ms=0, error_code=exc.code,
@@ -36,6 +40,9 @@ async def handle_alter_partition_reassignments(request, ctx: RequestContext):
 
 @handles(LIST_PARTITION_REASSIGNMENTS, 0, 0)
 async def handle_list_partition_reassignments(request, ctx: RequestContext):
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return response_for(LIST_PARTITION_REASSIGNMENTS, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=None, topics=[])
     wanted = (None if request.topics is None
               else [(topic.name, p) for topic in request.topics for p in topic.partition_indexes])
     moving = ctx.admin.list_partition_reassignments(wanted)

@@ -10,9 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+import trio
+
+from kafkacompat.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
+from kafkacompat.wire.frame import api_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,7 +26,11 @@ if TYPE_CHECKING:
     from kafkacompat.controller.producer_ids import ProducerIdManager
     from kafkacompat.fetch_sessions import FetchSessionCache
     from kafkacompat.groups.coordinator import GroupCoordinator
+    from kafkacompat.quotas import ClientQuotaManager
     from kafkacompat.replication.manager import ReplicaManager
+    from kafkacompat.security.authorizer import Authorizer
+    from kafkacompat.security.credentials import ScramCredentialStore
+    from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
     from kafkacompat.transactions.coordinator import TransactionCoordinator
@@ -35,7 +44,7 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
     hosted here, the group and transaction coordinators, the producer ids and the transaction
-    verifier."""
+    verifier; the authorizer (None: none configured, everything allowed) and the client quotas."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -48,6 +57,10 @@ class Services:
     # KIP-890: asked before a transactional batch starts a transaction on a partition.
     txn_verifier: "TransactionVerifier" = field(default_factory=AcceptingTransactionVerifier)
     transactions: "TransactionCoordinator | None" = None
+    credentials: "ScramCredentialStore | None" = None  # SCRAM credentials (the metadata store's /config/users)
+    tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
+    authorizer: "Authorizer | None" = None
+    quotas: "ClientQuotaManager | None" = None
 
 
 @dataclass(slots=True)
@@ -55,6 +68,7 @@ class RequestContext:
     services: Services
     header: "RequestHeader"
     connection: "Connection | None"
+    request_bytes: int = 0   # the request body's size (what the produce byte-rate quota counts)
 
     @property
     def config(self) -> "BrokerConfig":
@@ -91,6 +105,84 @@ class RequestContext:
     @property
     def client_id(self) -> str | None:
         return self.header.client_id
+
+    @property
+    def listener_name(self) -> str | None:
+        """The listener the request came in on (what Metadata advertises back), None in-process."""
+        return self.connection.listener_name if self.connection is not None else None
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.connection.principal if self.connection is not None else ANONYMOUS
+
+    @property
+    def client_host(self) -> str:
+        return self.connection.client_host if self.connection is not None else "unknown"
+
+    # The one authorization check every handler calls (Kafka's AuthHelper.authorize): may this
+    # request's principal, from its address, do ``operation`` on the resource? Always True
+    # without an authorizer. ``log_denied=False`` for checks that only filter (Metadata of every
+    # topic, ListGroups), as Kafka logs those denials at debug level only.
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str, *,
+                  log_denied: bool = True) -> bool:
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize(self.principal, self.client_host, operation, resource_type, name,
+                                    request=api_name(self.header.api_key), log_denied=log_denied)
+
+    def authorize_by_resource_type(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """May the principal do the operation on any resource of the type at all?"""
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return True
+        return authorizer.authorize_by_resource_type(self.principal, self.client_host, operation, resource_type)
+
+    def authorize_cluster(self, operation: AclOperation, *, log_denied: bool = True) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
+
+    # Client quotas (quotas.py): record what the request used, get the throttle time in ms.
+    def record_produce_bytes(self) -> int:
+        quotas = self.services.quotas
+        if quotas is None:
+            return 0
+        return quotas.produce.record(self.principal.name, self.client_id or "", self.request_bytes,
+                                     trio.current_time())
+
+    def record_fetch_bytes(self, count: int) -> int:
+        quotas = self.services.quotas
+        if quotas is None:
+            return 0
+        return quotas.fetch.record(self.principal.name, self.client_id or "", count, trio.current_time())
+
+    def record_request_time(self, seconds: float) -> int:
+        """The handler's time, as Kafka's percentage units (100 = one thread for a second)."""
+        quotas = self.services.quotas
+        if quotas is None:
+            return 0
+        return quotas.request.record(self.principal.name, self.client_id or "", seconds * 100, trio.current_time())
+
+    def unrecord_fetch_bytes(self, count: int) -> None:
+        if self.services.quotas is not None:
+            self.services.quotas.fetch.unrecord(self.principal.name, self.client_id or "", count, trio.current_time())
+
+    async def throttle_for_quota(self, throttle_ms: int, client_throttles_since: int) -> None:
+        """KIP-219: a client at ``client_throttles_since`` or later gets its answer at once, with
+        throttle_time_ms, and its connection is not read until the time has passed; an older
+        client gets its answer only after the throttle time (which mutes it as well)."""
+        if throttle_ms <= 0:
+            return
+        if self.version < client_throttles_since:
+            await trio.sleep(throttle_ms / 1000)
+        elif self.connection is not None:
+            self.connection.throttle(throttle_ms)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> int:
+        """The authorized-operations bitfield of Metadata, DescribeGroups and DescribeCluster."""
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type])
+        return authorizer.authorized_operations(self.principal, self.client_host, resource_type, name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from typing import Iterable
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
 from kafkacompat.handlers.configs import creation_config_entries, validate_creation_configs
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import DEFAULT_MESSAGES, ErrorCode, KafkaError
 
@@ -160,6 +161,11 @@ def _plan_topic(ctx: RequestContext, topic) -> TopicPlan:
 
 
 def _created_result(ctx: RequestContext, topic_cls, name: str, topic_id: uuid.UUID | None, plan: TopicPlan):
+    if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name, log_denied=False):
+        # Kafka leaves out the configs and the layout of a topic the client may not describe.
+        return topic_cls(name=name, topic_id=topic_id or ZERO_UUID, error_code=ErrorCode.NONE, error_message=None,
+                         num_partitions=-1, replication_factor=-1, configs=[],
+                         topic_config_error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if ctx.version >= 5 else 0)
     config_cls = topic_cls.CreatableTopicConfigs
     configs = [
         config_cls(name=entry.name, value=entry.value, read_only=entry.read_only,
@@ -177,6 +183,12 @@ def _error_result(topic_cls, name: str | None, code: int, message: str | None):
         name=name, topic_id=ZERO_UUID, error_code=code, error_message=message,
         num_partitions=-1, replication_factor=-1, configs=[],
     )
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """CREATE on the cluster, or else on the topic (Kafka's CreateTopics and auto-creation)."""
+    return (ctx.authorize_cluster(AclOperation.CREATE, log_denied=False)
+            or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, name))
 
 
 @handles(CREATE_TOPICS, 2, 7)
@@ -198,6 +210,10 @@ async def handle_create_topics(request, ctx: RequestContext):
                 topic_cls, topic.name, ErrorCode.INVALID_REQUEST,
                 f"Creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited.",
             ))
+            continue
+        if not _may_create(ctx, topic.name):
+            results.append(_error_result(topic_cls, topic.name, ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                         "Authorization failed."))
             continue
         try:
             if unavailable is not None:
@@ -277,6 +293,26 @@ def _resolve_for_deletion(
     return list(chosen.values()), errors
 
 
+def _authorized_deletions(ctx: RequestContext, targets, to_delete: list[TopicInfo], results: list, result_cls):
+    """Kafka checks DELETE before existence (an unknown topic the client may not delete is
+    TOPIC_AUTHORIZATION_FAILED), and a topic named by id only to a client that may not DESCRIBE
+    it is answered without its name."""
+    by_id = {topic_id for name, topic_id in targets if name is None}
+    allowed, denied = [], []
+    for topic in to_delete:
+        if ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, topic.name):
+            allowed.append(topic)
+            continue
+        hidden = topic.topic_id in by_id and not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic.name)
+        denied.append(_delete_result(result_cls, None if hidden else topic.name, topic.topic_id,
+                                     ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+    for result in results:
+        if (result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and result.name is not None
+                and not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, result.name)):
+            result.error_code, result.error_message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+    return allowed, results + denied
+
+
 @handles(DELETE_TOPICS, 1, 6)
 async def handle_delete_topics(request, ctx: RequestContext):
     result_cls = response_class(DELETE_TOPICS).DeletableTopicResult
@@ -288,6 +324,8 @@ async def handle_delete_topics(request, ctx: RequestContext):
         results = [_delete_result(result_cls, name, topic_id, code) for name, topic_id in targets]
         return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
     to_delete, results = _resolve_for_deletion(ctx, targets, result_cls)
+    if ctx.services.authorizer is not None:
+        to_delete, results = _authorized_deletions(ctx, targets, to_delete, results, result_cls)
     for topic in to_delete:
         try:
             await ctx.admin.delete_topic(topic, timeout_ms=request.timeout_ms)
@@ -338,6 +376,10 @@ async def handle_create_partitions(request, ctx: RequestContext):
                for name in duplicates]
     for request_topic in request.topics:
         if request_topic.name in duplicates:
+            continue
+        if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, request_topic.name):
+            results.append(result_cls(name=request_topic.name, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                                      error_message="The topic authorization is failed."))
             continue
         try:
             topic = _check_partition_increase(ctx, request_topic)

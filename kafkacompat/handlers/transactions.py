@@ -11,6 +11,7 @@ import logging
 
 from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.transactions.coordinator import TV0, TV2, TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
 from kafkacompat.wire.codec import response_class, valid_versions
@@ -74,7 +75,7 @@ async def find_transaction_coordinator(ctx: RequestContext, key: str) -> tuple[i
     info = ctx.metadata.brokers().get(state.leader) if state is not None else None
     if info is None:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-    return ErrorCode.NONE, info.broker_id, info.host, info.port
+    return ErrorCode.NONE, info.broker_id, *info.address(ctx.listener_name)   # the listener the client uses
 
 
 # ---- InitProducerId (transactional) ------------------------------------------------------------
@@ -102,9 +103,21 @@ def _unknown_partitions(ctx: RequestContext, topics) -> set[tuple[str, int]]:
     return unknown
 
 
+def _may_write_transaction(ctx: RequestContext, transactional_id: str) -> bool:
+    return ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+
+
 async def _add_one(ctx: RequestContext, txn, version: int) -> dict[tuple[str, int], int]:
     """One transaction of the request: an error for each of its partitions."""
     wanted = {(topic.name, index) for topic in txn.topics for index in topic.partitions}
+    if version < 4:   # from the client: WRITE on the transactional id and on each topic (Kafka's checks)
+        if not _may_write_transaction(ctx, txn.transactional_id):
+            return dict.fromkeys(wanted, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        denied = {topic.name for topic in txn.topics
+                  if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, topic.name)}
+        if denied:
+            return {tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in denied else ErrorCode.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
     if getattr(txn, "verify_only", False):
         return coordinator(ctx).verify_partitions(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted)
     unknown = _unknown_partitions(ctx, txn.topics)
@@ -134,6 +147,9 @@ async def handle_add_partitions_to_txn(request, ctx: RequestContext):
         return response_for(ADD_PARTITIONS_TO_TXN, ctx, throttle_time_ms=0,
                             results_by_topic_v3_and_below=_topic_results(errors))
     result_cls = response_class(ADD_PARTITIONS_TO_TXN).AddPartitionsToTxnResult
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):   # v4+: from partition leaders only
+        return response_for(ADD_PARTITIONS_TO_TXN, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results_by_transaction=[])
     results = []
     for txn in request.transactions:
         errors = await _add_one(ctx, txn, ctx.version)
@@ -159,7 +175,11 @@ class _V3Transaction:
 
 @handles(ADD_OFFSETS_TO_TXN, 0, _kafka_max(ADD_OFFSETS_TO_TXN, 4))
 async def handle_add_offsets_to_txn(request, ctx: RequestContext):
-    if not request.group_id:
+    if not _may_write_transaction(ctx, request.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    elif not request.group_id:
         error = ErrorCode.INVALID_GROUP_ID
     else:
         offsets = ctx.groups.offsets_topic()
@@ -173,6 +193,9 @@ async def handle_add_offsets_to_txn(request, ctx: RequestContext):
 async def handle_end_txn(request, ctx: RequestContext):
     # EndTxn v5+ is sent by transaction version 2 clients: the answer carries the bumped epoch.
     transaction_version = TV2 if ctx.version >= 5 else TV0
+    if not _may_write_transaction(ctx, request.transactional_id):
+        return response_for(END_TXN, ctx, throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                            producer_id=-1, producer_epoch=-1)
     error, producer_id, epoch = await coordinator(ctx).end_transaction(
         request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
         transaction_version)
@@ -189,7 +212,10 @@ async def handle_describe_transactions(request, ctx: RequestContext):
     topic_cls = state_cls.TopicData
     states = []
     for tid in request.transactional_ids:
-        error, metadata = coordinator(ctx).describe(tid)
+        if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            error, metadata = coordinator(ctx).describe(tid)
+        else:
+            error, metadata = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, None
         if metadata is None:
             states.append(state_cls(error_code=error, transactional_id=tid, transaction_state="",
                                     transaction_timeout_ms=0, transaction_start_time_ms=-1, producer_id=-1,
@@ -214,7 +240,9 @@ async def handle_list_transactions(request, ctx: RequestContext):
         set(request.state_filters), set(request.producer_id_filters), duration, pattern)
     state_cls = response_class(LIST_TRANSACTIONS).TransactionState
     states = [state_cls(transactional_id=m.transactional_id, producer_id=m.producer_id,
-                        transaction_state=m.state.kafka_name) for m in matches]
+                        transaction_state=m.state.kafka_name) for m in matches
+              if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, m.transactional_id,
+                               log_denied=False)]
     return response_for(LIST_TRANSACTIONS, ctx, throttle_time_ms=0, error_code=error, unknown_state_filters=unknown,
                         transaction_states=states)
 
@@ -234,14 +262,22 @@ async def handle_txn_offset_commit(request, ctx: RequestContext):
     partitions = [CommitPartition(topic.name, p.partition_index, p.committed_offset,
                                   p.committed_leader_epoch if version >= 2 else -1, p.committed_metadata)
                   for topic in request.topics for p in topic.partitions]
-    error = await _verify_offsets_partition(request, ctx)
+    denied = {name for name, _ in shape if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, name)}
+    if not _may_write_transaction(ctx, request.transactional_id):
+        error = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    else:
+        error = await _verify_offsets_partition(request, ctx)
     if error:
         errors = [error] * len(partitions)
     else:
-        errors = await ctx.groups.txn_commit_offsets(
+        allowed = [p for p in partitions if p.topic not in denied]
+        committed = iter(await ctx.groups.txn_commit_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             request.generation_id if version >= 3 else -1, (request.member_id or "") if version >= 3 else "",
-            request.group_instance_id if version >= 3 else None, partitions)
+            request.group_instance_id if version >= 3 else None, allowed) if allowed else [])
+        errors = [ErrorCode.TOPIC_AUTHORIZATION_FAILED if p.topic in denied else next(committed) for p in partitions]
     errors = [fenced_error(e, version, 3) for e in errors]
     topic_cls = response_class(TXN_OFFSET_COMMIT).TxnOffsetCommitResponseTopic
     partition_cls = topic_cls.TxnOffsetCommitResponsePartition

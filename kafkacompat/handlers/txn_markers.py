@@ -9,7 +9,9 @@ from __future__ import annotations
 import trio
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
+from kafkacompat.security.acl import AclOperation
 from kafkacompat.wire.codec import response_class
+from kafkacompat.wire.errors import ErrorCode
 
 WRITE_TXN_MARKERS = 27
 
@@ -17,9 +19,13 @@ WRITE_TXN_MARKERS = 27
 @handles(WRITE_TXN_MARKERS, 1, 2)
 async def handle_write_txn_markers(request, ctx: RequestContext):
     results: list[dict[tuple[str, int], int]] = [{} for _ in request.markers]
-    async with trio.open_nursery() as nursery:
-        for slot, marker in enumerate(request.markers):
-            nursery.start_soon(_write_one, ctx, marker, results, slot)
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):   # from transaction coordinators only
+        results = [{(topic.name, index): ErrorCode.CLUSTER_AUTHORIZATION_FAILED for topic in marker.topics
+                    for index in topic.partition_indexes} for marker in request.markers]
+    else:
+        async with trio.open_nursery() as nursery:
+            for slot, marker in enumerate(request.markers):
+                nursery.start_soon(_write_one, ctx, marker, results, slot)
     result_class = response_class(WRITE_TXN_MARKERS).WritableTxnMarkerResult
     topic_class = result_class.WritableTxnMarkerTopicResult
     partition_class = topic_class.WritableTxnMarkerPartitionResult

@@ -78,6 +78,7 @@ from kafkacompat.wire.records import (
     TRANSACTIONAL_FLAG,
     BatchHeader,
     build_batch,
+    crc_ok,
     read_header,
     iter_records,
     record_spans,
@@ -100,6 +101,11 @@ TopicPartition = tuple[str, int]
 
 class CleaningAborted(Exception):
     """The log changed under the cleaner (retention, truncation, deletion): try again later."""
+
+
+class CorruptSegment(Exception):
+    """A segment the cleaner reads does not hold whole, intact batches up to its size (Kafka's
+    CorruptRecordException): the partition is left as it is, never compacted over the damage."""
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -250,11 +256,24 @@ class SegmentSnapshot:
 
 
 def read_batches(path: str, size: int) -> Iterator[tuple[BatchHeader, bytes]]:
-    """batches_in_file, for the cleaner: a segment deleted meanwhile abandons the clean."""
+    """batches_in_file, for the cleaner, checked as Kafka's cleaner checks them: every batch's CRC,
+    and batches all the way to ``size`` (the segment's length when the clean started). Damage
+    raises CorruptSegment; a segment deleted or cut shorter meanwhile abandons the clean."""
+    name = os.path.basename(path)
+    consumed = 0
     try:
-        yield from batches_in_file(path, size)
+        for header, data in batches_in_file(path, size):
+            if not crc_ok(data, header):
+                raise CorruptSegment(f"the batch at offset {header.base_offset} (byte {consumed} of {name}) "
+                                     "fails its CRC check")
+            consumed += header.size
+            yield header, data
+        if consumed < size:
+            if os.path.getsize(path) < size:
+                raise CleaningAborted(f"{name} was truncated meanwhile")
+            raise CorruptSegment(f"bytes {consumed} to {size} of {name} are not a record batch")
     except FileNotFoundError:
-        raise CleaningAborted(f"{os.path.basename(path)} was deleted meanwhile") from None
+        raise CleaningAborted(f"{name} was deleted meanwhile") from None
 
 
 # -- the offset map --------------------------------------------------------------------------
@@ -722,6 +741,11 @@ class LogCleaner:
             await self.clean(candidate, now)
         except CleaningAborted as aborted:
             logger.info("Cleaning of %s abandoned, will retry: %s", candidate.log.name, aborted)
+        except CorruptSegment as damage:
+            logger.error("The log cleaner found damaged data in %s: %s. The partition is marked uncleanable "
+                         "and left as it is (nothing is compacted away) until the broker restarts; check the "
+                         "disk, and restore the partition from a replica if it has one.", candidate.log.name, damage)
+            self.uncleanable.add(key)
         except Exception:
             # Kafka marks the partition uncleanable and carries on with the others.
             logger.exception("Unexpected error cleaning %s; marking it uncleanable", candidate.log.name)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 
 from kafkacompat.replication.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from kafkacompat.security.client import InterBrokerAuthenticationError, authenticate, open_broker_stream
 from kafkacompat.wire import codec
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.fetch import FETCH_MAX_VERSION, decode_fetch_response
@@ -81,7 +82,7 @@ class FetcherHost(Protocol):
 class _Connection:
     """A minimal Kafka client connection: one request in flight at a time."""
 
-    def __init__(self, stream: trio.SocketStream, client_id: str) -> None:
+    def __init__(self, stream: trio.abc.Stream, client_id: str) -> None:
         self.stream = stream
         self.client_id = client_id.encode()
         self.correlation_id = 0
@@ -211,6 +212,10 @@ class ReplicaFetcher:
                     continue
                 try:
                     await self._session()
+                except InterBrokerAuthenticationError as exc:
+                    log.warning("%s: cannot authenticate to broker %d on the inter-broker listener %s: %s; "
+                                "check its sasl.jaas.config username/password; retrying in %.1fs", self,
+                                self.leader_id, self._config.inter_broker_listener.name, exc, backoff)
                 except (*_NETWORK_ERRORS, FetcherConnectionError) as exc:
                     log.info("%s: %s: %s; retrying in %.1fs", self, type(exc).__name__, exc, backoff)
                 except Exception:
@@ -236,18 +241,20 @@ class ReplicaFetcher:
         if info is None:
             raise FetcherConnectionError(f"broker {self.leader_id} is not registered")
         timeout = self._config.replica_socket_timeout_ms / 1000
+        host, port = info.address(self._config.inter_broker_listener.name)
         with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(info.host, info.port)
+            stream = await open_broker_stream(self._config, host, port)
         async with stream:
             conn = _Connection(stream, f"kafkacompat-replica-{self.replicas.node_id}")
             with trio.fail_after(timeout):
                 versions = await _api_versions(conn)
+                await authenticate(self._config, conn.request)
             low, high = versions.get(FETCH_KEY, (0, -1))
             version = min(high, FETCH_MAX_VERSION)
             if version < max(low, MIN_REPLICA_FETCH_VERSION):
                 raise FetcherConnectionError(f"broker {self.leader_id} serves Fetch v{low}-{high}; need v12+")
             self.connected_version = version
-            log.info("%s: connected to %s:%d, Fetch v%d", self, info.host, info.port, version)
+            log.info("%s: connected to %s:%d, Fetch v%d", self, host, port, version)
             while True:
                 await self._fetch_once(conn, version, timeout)
 

@@ -296,12 +296,12 @@ class ReplicaManager:
             except Exception:
                 log.exception("The ISR check failed; it runs again in %.2fs", interval)
 
-    def node_endpoints(self, ids) -> "list[NodeEndpoint] | None":
-        """KIP-951 NodeEndpoints of these brokers (those this broker knows)."""
+    def node_endpoints(self, ids, listener: str | None = None) -> "list[NodeEndpoint] | None":
+        """KIP-951 NodeEndpoints of these brokers (those this broker knows) on ``listener``."""
         from kafkacompat.wire.produce import NodeEndpoint
 
         infos = self.brokers()
-        endpoints = [NodeEndpoint(i, infos[i].host, infos[i].port, infos[i].rack) for i in sorted(ids) if i in infos]
+        endpoints = [NodeEndpoint(i, *infos[i].address(listener), infos[i].rack) for i in sorted(ids) if i in infos]
         return endpoints or None
 
     # ---- background work -----------------------------------------------------------------------

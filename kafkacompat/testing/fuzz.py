@@ -79,13 +79,86 @@ def kafka_python_classes() -> dict[tuple[int, str], Any]:
     from kafka.protocol.api_message import ApiMessage
 
     found: dict[tuple[int, str], Any] = {}
-    for module_name in ("admin", "consumer", "metadata", "producer"):
+    for module_name in ("admin", "consumer", "metadata", "producer", "sasl"):
         module = importlib.import_module(f"kafka.protocol.{module_name}")
         for name in getattr(module, "__all__", dir(module)):
             cls = getattr(module, name, None)
             if isinstance(cls, type) and issubclass(cls, ApiMessage) and cls is not ApiMessage:
                 found[(cls.API_KEY, cls.type)] = cls
     return found
+
+
+# ---- hand-written templates for the APIs kafka-python has no schema for (delegation tokens) ----
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class _Writer:
+    """Kafka's primitive types, classic or compact (flexible versions), written with struct."""
+
+    def __init__(self, flexible: bool) -> None:
+        self.flexible = flexible
+        self.out = bytearray()
+
+    def string(self, text: str | None) -> "_Writer":
+        if text is None:
+            self.out += _uvarint(0) if self.flexible else struct.pack(">h", -1)
+        else:
+            data = text.encode()
+            self.out += (_uvarint(len(data) + 1) if self.flexible else struct.pack(">h", len(data))) + data
+        return self
+
+    def blob(self, data: bytes) -> "_Writer":
+        self.out += (_uvarint(len(data) + 1) if self.flexible else struct.pack(">i", len(data))) + data
+        return self
+
+    def array(self, count: int | None) -> "_Writer":
+        if count is None:
+            self.out += _uvarint(0) if self.flexible else struct.pack(">i", -1)
+        else:
+            self.out += _uvarint(count + 1) if self.flexible else struct.pack(">i", count)
+        return self
+
+    def int64(self, value: int) -> "_Writer":
+        self.out += struct.pack(">q", value)
+        return self
+
+    def tags(self) -> "_Writer":
+        if self.flexible:
+            self.out += b"\x00"
+        return self
+
+
+def _principals(writer: _Writer, principals: list[tuple[str, str]]) -> None:
+    writer.array(len(principals))
+    for principal_type, name in principals:
+        writer.string(principal_type).string(name).tags()
+
+
+def _token_body(api_key: int, version: int, populated: bool) -> bytes:
+    """CreateDelegationToken (38), Renew (39), Expire (40), DescribeDelegationToken (41)."""
+    writer = _Writer(version >= 2)
+    principals = [("User", "fuzz")] if populated else []
+    if api_key == 38:
+        if version >= 3:
+            writer.string("User" if populated else None).string("fuzz" if populated else None)
+        _principals(writer, principals)
+        writer.int64(60_000 if populated else 0)
+    elif api_key in (39, 40):
+        writer.blob(b"\x01" * 64 if populated else b"").int64(60_000 if populated else 0)
+    else:
+        _principals(writer, principals)
+    return bytes(writer.tags().out)
+
+
+_HAND_WRITTEN = {38: (1, 3), 39: (1, 2), 40: (1, 2), 41: (1, 3)}  # api key -> versions
 
 
 def request_class(api_key: int) -> Any:
@@ -98,8 +171,11 @@ def response_class(api_key: int) -> Any:
 
 
 def encodable(api_key: int, version: int) -> bool:
-    """Whether kafka-python's schema can write this API at this version (its message specs reach
-    below the versions Kafka 4 still accepts, which it calls valid)."""
+    """Whether kafka-python's schema (or a hand-written template) can write this API at this
+    version (its message specs reach below the versions Kafka 4 still accepts, which it calls valid)."""
+    if api_key in _HAND_WRITTEN:
+        low, high = _HAND_WRITTEN[api_key]
+        return low <= version <= high
     if (api_key, "request") not in kafka_python_classes():
         return False
     try:
@@ -114,8 +190,94 @@ def encodable(api_key: int, version: int) -> bool:
 @functools.cache
 def default_body(api_key: int, version: int) -> bytes:
     """The request with every field at its schema default (empty arrays, zero timeouts, acks=0)."""
+    if api_key in _HAND_WRITTEN:
+        return _token_body(api_key, version, populated=False)
+    if (api_key, "request") not in kafka_python_classes():
+        return _kio_body(api_key, version, populated=False)
     cls = request_class(api_key)
     return bytes(cls(version=version).encode(version=version))
+
+
+# ---- APIs kafka-python has no schema for (KIP-848, share groups): kio writes them ------------
+
+
+def _kio_body(api_key: int, version: int, *, populated: bool) -> bytes:
+    """The request written by kio (generated from Kafka's 4.x specs, independent of the broker's
+    codec): every field empty/zero/null, or (``populated``) plausible as in ``populated_body``."""
+    return kio_encode(kio_message(api_key, version, "request", populated=populated))
+
+
+def kio_class(api_key: int, version: int, kind: str) -> type:
+    """kio's request or response class of an API version (ImportError when kio lacks it)."""
+    import importlib
+    import re
+
+    from kafkacompat.wire.frame import api_name
+
+    module = re.sub(r"(?<!^)(?=[A-Z])", "_", api_name(api_key)).lower()
+    schema = importlib.import_module(f"kio.schema.{module}.v{version}.{kind}")
+    suffix = "Request" if kind == "request" else "Response"
+    return next(c for name, c in vars(schema).items() if name.endswith(suffix) and isinstance(c, type)
+                and getattr(c, "__api_key__", None) == api_key)
+
+
+def kio_message(api_key: int, version: int, kind: str, *, populated: bool) -> Any:
+    """A kio message of the API version: every field empty/zero/null, or plausible values."""
+    return _kio_entity(kio_class(api_key, version, kind), "", populated)
+
+
+def kio_encode(entity: Any) -> bytes:
+    import io
+
+    from kio.serial import entity_writer
+
+    buffer = io.BytesIO()
+    entity_writer(type(entity))(buffer, entity)
+    return buffer.getvalue()
+
+
+def _kio_entity(cls: type, parent: str, populated: bool) -> Any:
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    return cls(**{f.name: _kio_value(hints[f.name], f.name, parent, populated)
+                  for f in dataclasses.fields(cls) if f.init})
+
+
+def _kio_value(hint: Any, name: str, parent: str, populated: bool) -> Any:
+    import dataclasses
+    import datetime
+    import types
+    import typing
+
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if not populated and type(None) in args:
+            return None
+        return _kio_value(next(a for a in args if a is not type(None)), name, parent, populated)
+    if typing.get_origin(hint) is tuple:
+        return (_kio_value(args[0], name, parent, populated),) if populated else ()
+    if dataclasses.is_dataclass(hint):
+        return _kio_entity(hint, name, populated)
+    if isinstance(hint, type) and issubclass(hint, datetime.timedelta):
+        return hint.parse(datetime.timedelta(milliseconds=100 if populated else 0))
+    if isinstance(hint, type) and issubclass(hint, bool):
+        return populated
+    if isinstance(hint, type) and issubclass(hint, int):
+        return hint.parse(0) if hasattr(hint, "parse") else hint(0)
+    if isinstance(hint, type) and issubclass(hint, str):
+        if not populated:
+            return hint("")
+        where = f"{parent}.{name}"
+        return hint(TARGET_TOPIC if "topic" in where else TARGET_GROUP if "group" in where else "hostile")
+    if hint is uuid.UUID:
+        return uuid.UUID(int=0)
+    if hint is bytes:
+        return b"x" if populated else b""
+    if isinstance(hint, type) and issubclass(hint, float):
+        return hint.parse(1.0 if populated else 0.0) if hasattr(hint, "parse") else hint(1.0 if populated else 0.0)
+    raise TypeError(f"no plausible value for {name}: {hint!r}")
 
 
 TARGET_TOPIC = "hostile-target"  # what populated requests name: created, altered, deleted at will
@@ -127,6 +289,10 @@ def populated_body(api_key: int, version: int) -> bytes:
     """The request with every array holding one element and every field a plausible value (the
     fuzz target topic and group, partition 0, 100 ms timeouts, a valid record batch), so damage
     reaches the handler code behind the empty arrays of ``default_body``."""
+    if api_key in _HAND_WRITTEN:
+        return _token_body(api_key, version, populated=True)
+    if (api_key, "request") not in kafka_python_classes():
+        return _kio_body(api_key, version, populated=True)
     cls = request_class(api_key)
     return bytes(cls(version=version, **_plausible_fields(cls.fields, "")).encode(version=version))
 

@@ -20,6 +20,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def distinct_free_ports(count: int) -> list[int]:
+    """``count`` different free loopback ports (free_port may hand out a port it just gave)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _port_taken(port: int) -> bool:
     with socket.socket() as sock:
         try:

@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import trio
 
 from kafkacompat.replication.fetcher import _NETWORK_ERRORS, FetcherConnectionError, _Connection
+from kafkacompat.security.client import authenticate, open_broker_stream
 from kafkacompat.wire import codec
 
 if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.state import BrokerInfo
 
 log = logging.getLogger("kafkacompat.transactions")
@@ -25,12 +27,16 @@ class BrokerUnreachable(Exception):
 class _Peer:
     def __init__(self) -> None:
         self.lock = trio.Lock()
-        self.stream: trio.SocketStream | None = None
+        self.stream: trio.abc.Stream | None = None
         self.conn: _Connection | None = None
 
 
 class BrokerChannel:
-    def __init__(self, node_id: int, brokers: "Callable[[], dict[int, BrokerInfo]]", timeout_ms: int) -> None:
+    def __init__(self, node_id: int, brokers: "Callable[[], dict[int, BrokerInfo]]", timeout_ms: int,
+                 config: "BrokerConfig | None" = None) -> None:
+        """With ``config``, connections go to the other brokers' inter-broker listener, through
+        its TLS and SASL (security/client.py), as the replica fetchers' do."""
+        self.config = config
         self.node_id = node_id
         self.brokers = brokers
         self.timeout = timeout_ms / 1000
@@ -58,8 +64,14 @@ class BrokerChannel:
         info = self.brokers().get(broker_id)
         if info is None:
             raise FetcherConnectionError(f"broker {broker_id} is not registered")
-        peer.stream = await trio.open_tcp_stream(info.host, info.port)
+        if self.config is None:
+            peer.stream = await trio.open_tcp_stream(info.host, info.port)
+            peer.conn = _Connection(peer.stream, f"kafkacompat-broker-{self.node_id}")
+            return
+        host, port = info.address(self.config.inter_broker_listener.name)
+        peer.stream = await open_broker_stream(self.config, host, port)
         peer.conn = _Connection(peer.stream, f"kafkacompat-broker-{self.node_id}")
+        await authenticate(self.config, peer.conn.request)
 
     @staticmethod
     async def _close(peer: _Peer) -> None:

@@ -61,6 +61,7 @@ class FrameDecoder:
 
     def __init__(self, max_frame_bytes: int) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self.limit_name = "socket.request.max.bytes"  # the config key max_frame_bytes comes from
         self._buf = bytearray(_INITIAL_BUFFER)
         self._start = 0
         self._end = 0
@@ -106,7 +107,7 @@ class FrameDecoder:
         size = _INT32.unpack_from(self._buf, self._start)[0]
         if size < 0 or size > self.max_frame_bytes:
             raise FrameError(
-                f"request size {size} is outside 0..{self.max_frame_bytes} (socket.request.max.bytes)"
+                f"request size {size} is outside 0..{self.max_frame_bytes} ({self.limit_name})"
             )
         if available - 4 >= size:
             begin = self._start + 4

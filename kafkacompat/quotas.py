@@ -1,0 +1,260 @@
+"""Enforced client quotas (KIP-13 byte rates, KIP-124 request percentage, KIP-219 throttling).
+
+The quotas are those AlterClientQuotas stores (controller/client_quotas.py: ``producer_byte_rate``,
+``consumer_byte_rate``, ``request_percentage`` per user / client id and their defaults). Each
+quota type resolves a request's (user, client id) as Kafka's DefaultQuotaCallback does, first
+match wins, and the match decides which requests share one rate sensor::
+
+    1 /config/users/<user>/clients/<client-id>   sensor (user, client-id)
+    2 /config/users/<user>/clients/<default>     sensor (user, client-id)
+    3 /config/users/<user>                       sensor (user)
+    4 /config/users/<default>/clients/<client-id>
+    5 /config/users/<default>/clients/<default>  sensor (user, client-id)
+    6 /config/users/<default>                    sensor (user)
+    7 /config/clients/<client-id>
+    8 /config/clients/<default>                  sensor (client-id)
+
+A sensor is Kafka's Rate over ``quota.window.num`` samples of ``quota.window.size.seconds``: the
+sum of the live samples divided by the time they span, which is never taken as less than
+``quota.window.num - 1`` whole windows. A request that takes the rate over its quota is throttled
+for (rate - quota) / quota x that time span (QuotaUtils.throttleTime): the response carries
+``throttle_time_ms`` at once and the connection reads nothing more from the client until the
+time has passed (KIP-219); a client too old to honour throttle_time_ms (Produce < v6, Fetch < v8,
+other APIs before their KIP-219 version) gets its response only after the throttle time, as Kafka.
+A throttled Fetch is answered empty and its bytes are not counted, as Kafka's.
+
+``request_percentage`` (KIP-124) is the share of one thread a client's requests use: Kafka counts
+each request's time on a request-handler thread; here it is the time the event loop spends running
+the request's handler, its task steps between suspensions (a long-polling Fetch or an acks=all
+Produce counts only while it runs, as Kafka's purgatory time does not count), measured by a Trio
+instrument (``RequestTimer``) installed only while some request quota exists. The throttle time
+of a request quota is at most one window (ClientRequestQuotaManager).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import trio
+
+from kafkacompat.controller.client_quotas import CLIENT_ID, USER, QuotaEntity
+from kafkacompat.controller.store import StoreError
+
+if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.client_quotas import ClientQuotaStore
+
+log = logging.getLogger("kafkacompat.quotas")
+
+PRODUCE = "producer_byte_rate"
+FETCH = "consumer_byte_rate"
+REQUEST = "request_percentage"
+QUOTA_TYPES = (PRODUCE, FETCH, REQUEST)
+DEFAULT = object()            # the <default> entity name
+REFRESH_SECONDS = 1.0         # how often the stored quotas are re-read (other brokers may change them)
+SENSOR_EXPIRY_SECONDS = 3600  # Kafka drops a client's quota sensors after an hour without use
+
+
+@dataclass(slots=True)
+class Rate:
+    """Kafka's Rate over a SampledStat: ``samples`` windows of ``window`` seconds each."""
+
+    samples: int
+    window: float
+    starts: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    last_used: float = 0.0
+
+    def _purge(self, now: float) -> None:
+        expire = self.samples * self.window
+        while self.starts and now - self.starts[0] >= expire:
+            self.starts.pop(0)
+            self.values.pop(0)
+
+    def record(self, value: float, now: float) -> None:
+        self._purge(now)
+        self.last_used = now
+        if not self.starts or now - self.starts[-1] >= self.window:
+            self.starts.append(now)
+            self.values.append(0.0)
+            if len(self.starts) > self.samples:
+                self.starts.pop(0)
+                self.values.pop(0)
+        self.values[-1] += value
+
+    def span(self, now: float) -> float:
+        """Rate.windowSize: the time the samples cover, at least samples - 1 whole windows."""
+        self._purge(now)
+        elapsed = now - (self.starts[0] if self.starts else now)
+        full_windows = int(elapsed / self.window)
+        if full_windows < self.samples - 1:
+            elapsed += (self.samples - 1 - full_windows) * self.window
+        return max(elapsed, 0.001)   # Kafka's 1 ms floor: one sample, at its very start, spans nothing
+
+    def measure(self, now: float) -> float:
+        return sum(self.values) / self.span(now)
+
+
+def _name(entries: dict, kind: str):
+    if kind not in entries:
+        return None
+    return DEFAULT if entries[kind] is None else entries[kind]
+
+
+class QuotaType:
+    """One quota type's configured quotas and its clients' sensors (Kafka's ClientQuotaManager)."""
+
+    def __init__(self, key: str, samples: int, window: float, max_throttle_ms: int | None = None) -> None:
+        self.key = key
+        self.samples = samples
+        self.window = window
+        self.max_throttle_ms = max_throttle_ms
+        self.quotas: dict[tuple, float] = {}
+        self.sensors: dict[tuple[str, str], Rate] = {}
+
+    def set_quotas(self, quotas: dict[tuple, float]) -> None:
+        if quotas != self.quotas:
+            log.info("%s quotas now: %s", self.key, {_describe(k): v for k, v in quotas.items()} or "none")
+        self.quotas = quotas
+
+    def resolve(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
+        """(the sensor's tags, the quota) of the first matching entity, None when none applies."""
+        quotas = self.quotas
+        if not quotas:
+            return None
+        for key, tags in (((user, client_id), (user, client_id)), ((user, DEFAULT), (user, client_id)),
+                          ((user, None), (user, "")), ((DEFAULT, client_id), (user, client_id)),
+                          ((DEFAULT, DEFAULT), (user, client_id)), ((DEFAULT, None), (user, "")),
+                          ((None, client_id), ("", client_id)), ((None, DEFAULT), ("", client_id))):
+            bound = quotas.get(key)
+            if bound is not None:
+                return tags, bound
+        return None
+
+    def record(self, user: str, client_id: str, value: float, now: float) -> int:
+        """Record the value and return the throttle time in ms (0 within the quota)."""
+        resolved = self.resolve(user, client_id)
+        if resolved is None:
+            return 0
+        tags, bound = resolved
+        rate = self.sensors.get(tags)
+        if rate is None:
+            rate = self.sensors[tags] = Rate(self.samples, self.window)
+        rate.record(value, now)
+        observed = rate.measure(now)
+        if observed <= bound:
+            return 0
+        throttle_ms = round((observed - bound) / bound * rate.span(now) * 1000)
+        return throttle_ms if self.max_throttle_ms is None else min(throttle_ms, self.max_throttle_ms)
+
+    def unrecord(self, user: str, client_id: str, value: float, now: float) -> None:
+        resolved = self.resolve(user, client_id)
+        if resolved is not None and resolved[0] in self.sensors:
+            self.sensors[resolved[0]].record(-value, now)
+
+    def expire_sensors(self, now: float) -> None:
+        for tags in [t for t, rate in self.sensors.items() if now - rate.last_used > SENSOR_EXPIRY_SECONDS]:
+            del self.sensors[tags]
+
+
+def _describe(key: tuple) -> str:
+    user, client = key
+    parts = []
+    if user is not None:
+        parts.append(f"user={'<default>' if user is DEFAULT else user}")
+    if client is not None:
+        parts.append(f"client-id={'<default>' if client is DEFAULT else client}")
+    return ",".join(parts)
+
+
+class RequestTimer(trio.abc.Instrument):
+    """Adds up the time each timed task runs (its steps between suspensions): what a request's
+    handler costs the event loop, as Kafka's request-handler thread time."""
+
+    def __init__(self) -> None:
+        self.running: dict[trio.lowlevel.Task, float] = {}   # the timed tasks' time so far
+        self._step_start = 0.0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.running:
+            self._step_start = time.perf_counter()
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task in self.running:
+            self.running[task] += time.perf_counter() - self._step_start
+
+    def start(self) -> trio.lowlevel.Task:
+        """Time the current task from here on (called inside its step: that step counts from now;
+        one task runs at a time, so the step start is this task's)."""
+        task = trio.lowlevel.current_task()
+        self.running[task] = 0.0
+        self._step_start = time.perf_counter()
+        return task
+
+    def stop(self, task: trio.lowlevel.Task) -> float:
+        """The seconds the task ran since ``start`` (called inside its step, which counts so far)."""
+        return self.running.pop(task, 0.0) + time.perf_counter() - self._step_start
+
+
+class ClientQuotaManager:
+    """The produce, fetch and request quota types, fed from the metadata store's quotas."""
+
+    def __init__(self, config: "BrokerConfig", store: "Callable[[], ClientQuotaStore]") -> None:
+        self.store = store   # called at each refresh: the single node's store exists once its data dir is open
+        samples, window = config.quota_window_num, float(config.quota_window_size_seconds)
+        self.types = {key: QuotaType(key, samples, window, max_throttle_ms=round(window * 1000) if key == REQUEST
+                                     else None) for key in QUOTA_TYPES}
+        self.produce, self.fetch, self.request = (self.types[k] for k in QUOTA_TYPES)
+        self.timer: RequestTimer | None = None   # installed while a request_percentage quota exists
+        self._nudge = trio.Event()
+
+    def apply(self, stored: dict[QuotaEntity, dict[str, float]]) -> None:
+        by_type: dict[str, dict[tuple, float]] = {key: {} for key in QUOTA_TYPES}
+        for entity, values in stored.items():
+            entries = entity.entries
+            if USER not in entries and CLIENT_ID not in entries:
+                continue   # ip quotas (connection_creation_rate) are not byte or request quotas
+            key = (_name(entries, USER), _name(entries, CLIENT_ID))
+            for quota_key, value in values.items():
+                if quota_key in by_type:
+                    by_type[quota_key][key] = value
+        for key, quotas in by_type.items():
+            self.types[key].set_quotas(quotas)
+        self._time_requests(bool(by_type[REQUEST]))
+
+    def _time_requests(self, wanted: bool) -> None:
+        if wanted and self.timer is None:
+            self.timer = RequestTimer()
+            trio.lowlevel.add_instrument(self.timer)
+        elif not wanted and self.timer is not None:
+            trio.lowlevel.remove_instrument(self.timer)
+            self.timer = None
+
+    async def refresh(self) -> None:
+        self.apply(await self.store().read_all())
+
+    def changed(self) -> None:
+        """This broker altered quotas: re-read them now rather than at the next refresh."""
+        self._nudge.set()
+
+    async def run(self) -> None:
+        """Re-read the stored quotas every REFRESH_SECONDS (or when nudged); expire idle sensors."""
+        warned = False
+        while True:
+            try:
+                await self.refresh()
+                warned = False
+            except Exception as exc:   # a store outage, or a bug: the quotas stay as they were
+                if not warned:
+                    log.warning("Could not read the client quotas from the metadata store (%s); retrying", exc,
+                                exc_info=not isinstance(exc, StoreError))
+                    warned = True
+            now = trio.current_time()
+            for quota_type in self.types.values():
+                quota_type.expire_sensors(now)
+            with trio.move_on_after(REFRESH_SECONDS):
+                await self._nudge.wait()
+            self._nudge = trio.Event()

@@ -1,0 +1,72 @@
+"""Client quota enforcement (quotas.py): Kafka's entity precedence and shared sensors, its Rate
+over quota.window.num samples, and the KIP-219 throttle time, with explicit clock values."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkacompat.config import BrokerConfig
+from kafkacompat.controller.client_quotas import QuotaEntity
+from kafkacompat.quotas import DEFAULT, ClientQuotaManager, QuotaType, Rate
+
+
+def manager(stored: dict) -> ClientQuotaManager:
+    quotas = ClientQuotaManager(BrokerConfig(), lambda: None)
+    quotas.apply({QuotaEntity(entity): values for entity, values in stored.items()})
+    return quotas
+
+
+def test_the_first_matching_entity_wins_in_kafkas_order():
+    quotas = manager({
+        (("user", "alice"), ("client-id", "app")): {"producer_byte_rate": 1.0},
+        (("user", "alice"), ("client-id", None)): {"producer_byte_rate": 2.0},
+        (("user", "alice"),): {"producer_byte_rate": 3.0},
+        (("user", None), ("client-id", "app")): {"producer_byte_rate": 4.0},
+        (("user", None),): {"producer_byte_rate": 6.0},
+        (("client-id", "tool"),): {"producer_byte_rate": 7.0},
+        (("client-id", None),): {"producer_byte_rate": 8.0, "consumer_byte_rate": 9.0},
+        (("ip", None),): {"connection_creation_rate": 10.0},
+    })
+    resolve = quotas.produce.resolve
+    assert resolve("alice", "app") == (("alice", "app"), 1.0)
+    assert resolve("alice", "other") == (("alice", "other"), 2.0)      # <user>/clients/<default>
+    assert resolve("bob", "app") == (("bob", "app"), 4.0)              # <default>/clients/<client-id>
+    assert resolve("bob", "other") == (("bob", ""), 6.0)               # <default> user: one sensor per user
+    assert quotas.fetch.resolve("bob", "other") == (("", "other"), 9.0)  # only a client default for fetch
+    assert quotas.request.resolve("alice", "app") is None
+
+
+def test_user_only_quotas_share_one_sensor_across_client_ids():
+    quotas = manager({(("user", "alice"),): {"producer_byte_rate": 1000.0}})
+    quotas.produce.record("alice", "a", 500, now=0.0)
+    quotas.produce.record("alice", "b", 500, now=0.1)
+    assert list(quotas.produce.sensors) == [("alice", "")]
+    assert quotas.produce.record("carol", "a", 10**9, now=0.2) == 0   # no quota applies to carol
+
+
+def test_the_rate_spans_at_least_samples_minus_one_windows_and_expires_old_samples():
+    rate = Rate(samples=3, window=1.0)
+    rate.record(1000, 0.0)
+    assert rate.span(0.0) == 2.0 and rate.measure(0.0) == 500
+    rate.record(1000, 1.5)            # a second sample
+    assert rate.span(2.5) == 2.5 and rate.measure(2.5) == 800
+    rate.record(1000, 4.0)            # the first sample (started at 0) has expired at 3
+    assert rate.starts == [1.5, 4.0] and rate.measure(4.0) == 2000 / 2.5
+
+
+def test_the_throttle_time_brings_the_rate_back_to_the_quota():
+    produce = QuotaType("producer_byte_rate", samples=11, window=1.0)
+    produce.set_quotas({(None, DEFAULT): 1000.0})
+    assert produce.record("u", "c", 10_000, now=0.0) == 0     # 10 windows' worth is within the quota
+    # 15,000 bytes over a 10 s span is 1,500 B/s: (1500 - 1000) / 1000 x 10 s.
+    assert produce.record("u", "c", 5_000, now=0.0) == 5000
+    produce.unrecord("u", "c", 5_000, now=0.0)
+    assert produce.record("u", "c", 0, now=0.0) == 0
+
+
+@pytest.mark.parametrize("samples", [1, 2, 11])
+def test_a_steady_client_at_its_quota_is_not_throttled(samples):
+    produce = QuotaType("producer_byte_rate", samples=samples, window=1.0)
+    produce.set_quotas({("u", None): 1000.0})
+    throttles = [produce.record("u", "c", 100, now=t / 10) for t in range(1, 200)]
+    assert max(throttles) <= 100

@@ -24,6 +24,7 @@ from kafkacompat.groups.storage import OFFSETS_TOPIC
 from kafkacompat.identity import BrokerIdentity
 from kafkacompat.log import LogCleaner, LogManager
 from kafkacompat.quotas import ClientQuotaManager
+from kafkacompat.metrics import BrokerMetrics
 from kafkacompat.replication.manager import ReplicaManager
 from kafkacompat.controller.store import EmbeddedStore
 from kafkacompat.security.credentials import ScramCredentialStore
@@ -33,6 +34,13 @@ from kafkacompat.transactions.coordinator import TransactionCoordinator
 from kafkacompat.transactions.log import TRANSACTION_STATE_TOPIC
 from kafkacompat.transactions.markers import TxnMarkerWriter
 from kafkacompat.transactions.verifier import CoordinatorVerifier
+from kafkacompat.shares import ShareServices
+from kafkacompat.shares.group import ShareGroupCoordinator
+from kafkacompat.shares.manager import SharePartitionManager
+from kafkacompat.shares.records import SHARE_STATE_TOPIC
+from kafkacompat.shares.remote import RoutingPersister
+from kafkacompat.shares.state_store import ShareStateStore
+from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import RequestHeader
@@ -43,16 +51,25 @@ if TYPE_CHECKING:
     from kafkacompat.controller.store import MetadataStore
     from kafkacompat.handlers.registry import Services
     from kafkacompat.security.authorizer import Authorizer
+    from kafkacompat.http import HttpSettings
+    from kafkacompat.http.routing import ClusterControl
     from kafkacompat.server import Connection
 
 log = logging.getLogger("kafkacompat.broker")
 
 class Broker:
-    def __init__(self, config: "BrokerConfig", store: "MetadataStore | None" = None) -> None:
+    def __init__(self, config: "BrokerConfig", store: "MetadataStore | None" = None, *,
+                 http: "HttpSettings | None" = None, control: "ClusterControl | None" = None) -> None:
         """A single node (topics in the data dir) unless ``config.zookeeper_connect`` is set or a
         metadata ``store`` is given (in-process clusters): then it is a cluster member, and topics,
-        brokers and partition states come from the store through the controller."""
+        brokers and partition states come from the store through the controller. ``http``: serve
+        the console, /metrics and the JSON API (and count metrics); ``control``: dev-cluster's
+        broker stop/start for that API."""
         self.config = config
+        self.http = http
+        self.control = control
+        self.http_port: int | None = None
+        self.http_ready = trio.Event()  # set once the HTTP port is bound (or found in use)
         self.node_id = config.broker_id
         self.data_dir = Path(config.data_dir)
         self.port = config.port
@@ -78,6 +95,7 @@ class Broker:
         self.quotas = ClientQuotaManager(config, self.admin.quota_store)
         self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
+        self.shares = self._build_shares()
         self._services = None
 
     def _authorizer(self) -> "Authorizer | None":
@@ -152,6 +170,35 @@ class Broker:
                                                    clustered=self.clustered)
         self.replicas.add_leadership_listener(self.transactions)
         self.txn_verifier = CoordinatorVerifier(self.transactions, self.metadata, channel)
+    def _build_shares(self) -> ShareServices:
+        """Share groups: membership beside the group coordinator, share partitions on the
+        partition leaders, their state in __share_group_state (created on first use)."""
+        config = self.config
+
+        async def ensure_state_topic():
+            topic = self.replicas.topics.get(SHARE_STATE_TOPIC)
+            if topic is not None:
+                return topic
+            partitions = config.share_coordinator_state_topic_num_partitions
+            replication = max(1, min(config.share_coordinator_state_topic_replication_factor,
+                                     len(self.metadata.brokers())))
+            if not self.clustered:
+                return self.admin.create_topic_now(SHARE_STATE_TOPIC, partitions, 1, state.topic_configs())
+            try:
+                await self.admin.create_topic(SHARE_STATE_TOPIC, partitions, replication, state.topic_configs())
+            except KafkaError as exc:  # created concurrently: the caller retries
+                log.info("Could not create %s yet: %s", SHARE_STATE_TOPIC, exc)
+            return self.replicas.topics.get(SHARE_STATE_TOPIC)
+
+        state = ShareStateStore(config, self.replicas, ensure_topic=ensure_state_topic, clustered=self.clustered)
+        persister = RoutingPersister(state, self.metadata) if self.clustered else state
+        partitions = SharePartitionManager(config, self.replicas, persister)
+        groups = ShareGroupCoordinator(config, self.groups, self.metadata)
+        groups.member_removed_listeners.append(partitions.release_member_soon)
+        self.groups.foreign_group = groups.is_share_group
+        self.replicas.add_leadership_listener(state)
+        self.replicas.add_leadership_listener(partitions)
+        return ShareServices(groups, partitions, state)
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -173,6 +220,7 @@ class Broker:
         self.replicas.warn_about_stray_logs()
         self.groups.load()
         self.transactions.load()
+        self.shares.state.load()
 
     def close(self) -> None:
         self.logs.close()
@@ -207,7 +255,8 @@ class Broker:
             self._services = Services(self.config, self.metadata, self.admin, self.replicas, self.groups,
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
                                       credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
-                                      quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions)
+                                      quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions,
+                                      shares=self.shares, metrics=BrokerMetrics(enabled=self.http is not None))
         return self._services
 
     async def dispatch(
@@ -260,6 +309,8 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)
             nursery.start_soon(broker.transactions.run)
+            nursery.start_soon(broker.shares.partitions.run)
+            nursery.start_soon(broker.shares.groups.run)
             nursery.start_soon(LogCleaner.for_manager(broker.logs, broker.config).run)
             accepting.set()
             host, advertised_port = broker.advertised_endpoint()
@@ -271,6 +322,10 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                 broker.node_id, broker.config.host, port, host, advertised_port, others, broker.data_dir.resolve(),
             )
             task_status.started(port)
+            if broker.http is not None:
+                nursery.start_soon(_serve_http, broker)  # after the Kafka listener: it never waits for HTTP
+            else:
+                broker.http_ready.set()
     finally:
         if broker.cluster is not None:
             with trio.CancelScope(shield=True):
@@ -278,6 +333,16 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                     await broker.cluster.close()  # ends the session: our ephemeral nodes go now
         broker.close()
         log.info("kafkacompat broker %d stopped; logs flushed and checkpoints written", broker.node_id)
+
+
+async def _serve_http(broker: Broker) -> None:
+    from kafkacompat import http
+
+    assert broker.http is not None
+    async with trio.open_nursery() as nursery:
+        broker.http_port = await nursery.start(
+            partial(http.serve, broker.services(), broker.http, control=broker.control))
+        broker.http_ready.set()
 
 
 async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> None:
@@ -297,8 +362,8 @@ async def shutdown_broker(broker: Broker, cancel_scope: trio.CancelScope) -> Non
     cancel_scope.cancel()
 
 
-async def _serve_until_signalled(config: "BrokerConfig") -> None:
-    broker = Broker(config)
+async def _serve_until_signalled(config: "BrokerConfig", http: "HttpSettings | None") -> None:
+    broker = Broker(config, http=http)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve, broker)
@@ -313,9 +378,9 @@ async def _serve_until_signalled(config: "BrokerConfig") -> None:
                 break
 
 
-def run_broker(config: "BrokerConfig") -> None:
+def run_broker(config: "BrokerConfig", http: "HttpSettings | None" = None) -> None:
     """Serve as this process's main work until SIGTERM/SIGINT, then end the process at once."""
-    trio.run(_serve_until_signalled, config)
+    trio.run(_serve_until_signalled, config, http)
     _exit_now()
 
 

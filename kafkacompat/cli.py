@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_serve_command(commands)
     _add_dev_cluster_command(commands)
+    _add_fault_command(commands)
     # Future commands plug in here, one function each: _add_dump_log_command.
     return parser
 
@@ -88,7 +89,32 @@ def _add_serve_command(commands: argparse._SubParsersAction) -> None:
     serve.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
+    _add_http_arguments(serve, "the console, /metrics and the /v1 API (faults)")
     serve.set_defaults(run_command=run_serve)
+
+
+DEFAULT_HTTP_PORT = 9644  # kafkacompat.http.DEFAULT_HTTP_PORT (not imported: it pulls in trio)
+
+
+def _add_http_arguments(parser: argparse.ArgumentParser, what: str, *, per_broker: bool = False) -> None:
+    port_help = (f"port of {what} (default: {DEFAULT_HTTP_PORT}; broker i of dev-cluster gets N+i)" if per_broker
+                 else f"port of {what} (default: {DEFAULT_HTTP_PORT}; 0 picks a free one)")
+    parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT, metavar="N", help=port_help)
+    parser.add_argument("--http-host", default="127.0.0.1", metavar="HOST",
+                        help="address of the HTTP listener (default: 127.0.0.1; it has no authentication)")
+    parser.add_argument("--no-http", action="store_true", help="serve no HTTP at all (and count no metrics)")
+
+
+def http_settings(args: argparse.Namespace, offset: int = 0):
+    """The HttpSettings of these arguments (None with --no-http); ``offset``: dev-cluster's broker index."""
+    if args.no_http:
+        return None
+    if not 0 <= args.http_port <= 65535 - offset:
+        print(f"kafkacompat: --http-port must be a port number, got {args.http_port}", file=sys.stderr)
+        raise SystemExit(CONFIG_ERROR_EXIT_STATUS)
+    from kafkacompat.http import HttpSettings
+
+    return HttpSettings(args.http_host, args.http_port + offset if args.http_port else 0)
 
 
 def parse_key_value(text: str) -> tuple[str, str]:
@@ -101,11 +127,12 @@ def parse_key_value(text: str) -> tuple[str, str]:
 def run_serve(args: argparse.Namespace) -> None:
     configure_logging(args.log_level)
     config = load_config_or_exit(args)
+    http = http_settings(args)
     from kafkacompat.broker import run_broker  # imported here: it pulls in trio and the whole broker
     from kafkacompat.controller.store import StoreError
 
     try:
-        run_broker(config)
+        run_broker(config, http)
     except BaseException as exc:  # noqa: BLE001 - looking for our errors inside exception groups
         store_error = _find_exception(exc, StoreError)
         startup_error = _find_exception(exc, StartupError)
@@ -177,6 +204,7 @@ def _add_dev_cluster_command(commands: argparse._SubParsersAction) -> None:
     dev.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="logging level (default: INFO)"
     )
+    _add_http_arguments(dev, "each broker's console, /metrics and /v1 API", per_broker=True)
     dev.set_defaults(run_command=run_dev_cluster)
 
 
@@ -190,6 +218,7 @@ def run_dev_cluster(args: argparse.Namespace) -> None:
     except ConfigError as error:
         print(f"kafkacompat: configuration error: {error}", file=sys.stderr)
         raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
+    http = [http_settings(args, index) for index in range(args.brokers)]
     import signal
 
     import trio
@@ -200,16 +229,132 @@ def run_dev_cluster(args: argparse.Namespace) -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 cluster = InProcessCluster(nursery, args.data_dir, host=args.host, overrides=dict(args.overrides))
+                progress = Progress(f"dev-cluster: starting {args.brokers} broker(s)")
                 for index in range(args.brokers):
-                    await cluster.start_broker(index, args.port + index)
+                    progress.update(f"broker {index} of {args.brokers} on port {args.port + index}")
+                    await cluster.start_broker(index, args.port + index, http=http[index])
+                progress.done()
                 print(f"dev-cluster: {args.brokers} broker(s) ready; bootstrap servers: {cluster.bootstrap()}",
                       flush=True)
+                for broker in cluster.brokers.values():
+                    await broker.http_ready.wait()  # after the Kafka listeners: HTTP never delays them
+                if cluster.http_summary():
+                    print(f"dev-cluster: consoles: {cluster.http_summary()}", flush=True)
                 async for _ in signals:
                     break
                 await cluster.stop_all()
                 nursery.cancel_scope.cancel()
 
     trio.run(main)
+
+
+# -- fault ------------------------------------------------------------------------------------
+
+
+def _add_fault_command(commands: argparse._SubParsersAction) -> None:
+    fault = commands.add_parser(
+        "fault", help="inject faults into a running broker (its HTTP API)",
+        description="Add, list and clear a running broker's injected faults through its HTTP API "
+                    "(POST/GET/DELETE /v1/faults).")
+    actions = fault.add_subparsers(title="actions", metavar="ACTION")
+    add = actions.add_parser("add", help="add a fault: the next COUNT matching requests fail, wait or lose "
+                                         "their connection")
+    add.add_argument("--api", required=True, help="the Kafka API name (Produce, Fetch, ...) or api key")
+    add.add_argument("--error", help="the error to answer with, e.g. NOT_LEADER_OR_FOLLOWER, or its code")
+    add.add_argument("--count", type=int, default=1, help="how many matching requests (default: 1)")
+    add.add_argument("--topic", help="only requests naming this topic")
+    add.add_argument("--partition", type=int, help="only requests naming this partition (with --topic)")
+    add.add_argument("--client-id", help="only requests from this client id")
+    add.add_argument("--delay-ms", type=int, help="delay each matching request by this many milliseconds")
+    add.add_argument("--close", action="store_true", help="close the matching request's connection")
+    listing = actions.add_parser("list", help="list the faults and what is left of each")
+    clear = actions.add_parser("clear", help="remove faults (all, or --id)")
+    clear.add_argument("--id", type=int, help="remove only this fault")
+    for action, run in ((add, run_fault_add), (listing, run_fault_list), (clear, run_fault_clear)):
+        action.add_argument("--http", required=True, metavar="HOST:PORT", help="the broker's HTTP address")
+        action.set_defaults(run_command=run)
+    fault.set_defaults(run_command=lambda args: fault.print_help())
+
+
+def run_fault_add(args: argparse.Namespace) -> None:
+    spec: dict[str, object] = {"api": int(args.api) if args.api.isdigit() else args.api, "count": args.count}
+    if args.error is not None:
+        spec["error"] = int(args.error) if args.error.lstrip("-").isdigit() else args.error
+    for key in ("topic", "partition", "client_id", "delay_ms"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    if args.close:
+        spec["close"] = True
+    result = _http_call(args.http, "POST", "/v1/faults", spec)
+    print(f"fault {result['id']} added: {_describe_fault(result)}")
+
+
+def run_fault_list(args: argparse.Namespace) -> None:
+    faults = _http_call(args.http, "GET", "/v1/faults")
+    if not faults:
+        print("no faults")
+    for fault in faults:
+        print(f"{fault['id']}: {_describe_fault(fault)}")
+
+
+def run_fault_clear(args: argparse.Namespace) -> None:
+    path = f"/v1/faults/{args.id}" if args.id is not None else "/v1/faults"
+    result = _http_call(args.http, "DELETE", path)
+    print(f"{result['deleted']} fault(s) removed")
+
+
+def _describe_fault(fault: dict) -> str:
+    effects = [f"error {fault['error']}" if fault.get("error") else None,
+               f"delay {fault['delay_ms']} ms" if fault.get("delay_ms") else None,
+               "close the connection" if fault.get("close") else None]
+    scope = "".join(f" {key} {fault[key]}" for key in ("topic", "partition", "client_id") if fault.get(key) is not None)
+    return (f"{fault['api']}{scope}: {', '.join(e for e in effects if e)}; "
+            f"{fault['remaining']} of {fault['count']} left")
+
+
+def _http_call(address: str, method: str, path: str, body: object = None):
+    import json
+    import urllib.error
+    import urllib.request
+
+    base = address if address.startswith(("http://", "https://")) else f"http://{address}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base.rstrip("/") + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error", exc.reason)
+        except ValueError:
+            message = exc.reason
+        print(f"kafkacompat: {method} {path} on {address} answered {exc.code}: {message}", file=sys.stderr)
+        raise SystemExit(1) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        print(f"kafkacompat: cannot reach the broker's HTTP API at {address}: {reason}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+class Progress:
+    """One line of progress on stderr, rewritten in place on a terminal (a line per step otherwise)."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.tty = sys.stderr.isatty()
+
+    def update(self, step: str) -> None:
+        if self.tty:
+            sys.stderr.write(f"\r\033[K{self.title}: {step}")
+        else:
+            sys.stderr.write(f"{self.title}: {step}\n")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
 
 
 def configure_logging(level: str) -> None:

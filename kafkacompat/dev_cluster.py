@@ -9,14 +9,18 @@ dev-cluster keeps its topics; each broker's data lives in ``<data-dir>/broker-<i
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import trio
 
 from kafkacompat.broker import Broker, serve, shutdown_broker
 from kafkacompat.config import BrokerConfig
 from kafkacompat.controller.store import EmbeddedStore, EmbeddedTree
+
+if TYPE_CHECKING:
+    from kafkacompat.http import HttpSettings
 
 log = logging.getLogger("kafkacompat.dev_cluster")
 
@@ -52,6 +56,8 @@ class InProcessCluster:
         self.brokers: dict[int, Broker] = {}
         self._scopes: dict[int, trio.CancelScope] = {}
         self._done: dict[int, trio.Event] = {}
+        # how each broker was started, for a restart through the HTTP API (ClusterControl)
+        self._started_as: dict[int, tuple[int, str | None, HttpSettings | None]] = {}
 
     def config(self, broker_id: int, port: int, rack: str | None = None) -> BrokerConfig:
         overrides = dict(self.overrides)
@@ -63,11 +69,12 @@ class InProcessCluster:
                                  data_dir=self.data_dir / f"broker-{broker_id}", broker_id=broker_id)
 
     async def start_broker(self, broker_id: int, port: int = 0, rack: str | None = None,
-                           store: EmbeddedStore | None = None) -> Broker:
-        """``store``: this broker's session over ``self.tree`` (a new one by default)."""
+                           store: EmbeddedStore | None = None, *, http: "HttpSettings | None" = None) -> Broker:
+        """``store``: this broker's session over ``self.tree`` (a new one by default); ``http``:
+        its console and API, which can stop and start the cluster's brokers."""
         if store is None and not self.zookeeper_connect:
             store = EmbeddedStore(self.tree)
-        broker = Broker(self.config(broker_id, port, rack), store=store)
+        broker = Broker(self.config(broker_id, port, rack), store=store, http=http, control=self)
         scope = trio.CancelScope()
         done = trio.Event()
 
@@ -85,6 +92,7 @@ class InProcessCluster:
                 done.set()
 
         await self.nursery.start(run)
+        self._started_as[broker_id] = (broker.port, rack, http)
         self.brokers[broker_id] = broker
         self._scopes[broker_id] = scope
         self._done[broker_id] = done
@@ -107,6 +115,34 @@ class InProcessCluster:
 
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{b.port}" for _, b in sorted(self.brokers.items()))
+
+    def http_summary(self) -> str:
+        urls = [f"http://{b.http.host}:{b.http_port}/" for _, b in sorted(self.brokers.items())
+                if b.http is not None and b.http_port is not None]
+        return " ".join(urls)
+
+    # ---- ClusterControl (kafkacompat/http/app.py): the HTTP API's broker stop and start --------
+
+    def broker_ids(self) -> list[int]:
+        return sorted(self._started_as)
+
+    def running(self, broker_id: int) -> bool:
+        return broker_id in self.brokers
+
+    async def crash_broker(self, broker_id: int, *, wait: bool = True) -> None:
+        """Stop a broker as a crash (no controlled shutdown). The stop runs in the cluster's
+        nursery: a broker asked through its own HTTP API (``wait`` False, as that request's task
+        stops with it) still stops."""
+        done = self._done[broker_id]
+        self.nursery.start_soon(partial(self.stop_broker, broker_id, controlled=False))
+        if wait:
+            await done.wait()
+
+    async def restart_broker(self, broker_id: int) -> None:
+        """Start a stopped broker again on its ports, answered once its HTTP side is up too."""
+        port, rack, http = self._started_as[broker_id]
+        broker = await self.start_broker(broker_id, port, rack, http=http)
+        await broker.http_ready.wait()
 
 
 async def run_dev_cluster(count: int, first_port: int, data_dir: Path, *, host: str = "127.0.0.1",

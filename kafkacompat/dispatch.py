@@ -3,8 +3,10 @@ encode and frame the response."""
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import TYPE_CHECKING
 
+from kafkacompat.faults import apply_fault
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import (
     API_VERSIONS_KEY,
@@ -17,7 +19,8 @@ from kafkacompat.wire.frame import (
 )
 
 if TYPE_CHECKING:
-    from kafkacompat.handlers.registry import Services
+    from kafkacompat.faults import Fault
+    from kafkacompat.handlers.registry import Handler, Services
     from kafkacompat.server import Connection
 
 _HANDLERS: tuple | None = None  # (REGISTRY, RequestContext, unsupported_version_response)
@@ -57,11 +60,19 @@ async def dispatch(
     except ValueError as exc:
         raise ProtocolViolation(f"malformed {api_name(header.api_key)} v{version} request: {exc}") from exc
     ctx = RequestContext(services, header, connection, len(body))
+    metrics = services.metrics
+    started = perf_counter() if metrics.enabled else 0.0
+    faults = services.faults
+    fault = faults.take(header, request, services.metadata) if faults.active else None
     timer = services.quotas.timer if services.quotas is not None else None
-    if timer is None or header.api_key in _NEVER_REQUEST_THROTTLED:
+    if fault is not None:
+        response = await _run_with_fault(fault, handler, request, ctx)
+    elif timer is None or header.api_key in _NEVER_REQUEST_THROTTLED:
         response = await handler.fn(request, ctx)
     else:
         response = await _timed(handler.fn, request, ctx, timer)
+    if metrics.enabled:
+        metrics.request_done(header.api_key, perf_counter() - started)
     if response is None:
         return None
     encoded = handler.encode(response, version)
@@ -85,6 +96,15 @@ async def _timed(fn, request, ctx, timer):
         if ctx.connection is not None:
             ctx.connection.throttle(throttle_ms)
     return response
+
+
+async def _run_with_fault(fault: "Fault", handler: "Handler", request, context) -> object:
+    """The injected delay or closed connection, then the injected error's response (the request
+    is not applied) or, without an error, the handler's."""
+    answered, response = await apply_fault(fault, handler.api_key, context.version, request, handler.error_response)
+    if answered:
+        return response
+    return await handler.fn(request, context)
 
 
 def _frame(header: bytes, encoded: "bytes | list[Chunk]") -> list[Chunk]:

@@ -23,6 +23,8 @@ class Feature:
 FEATURES: dict[str, Feature] = {
     # KIP-848: level 1 enables the consumer group protocol (ConsumerGroupHeartbeat/Describe).
     "group.version": Feature("group.version", 0, 1, 1),
+    # KIP-932 share groups: on by default (Kafka 4.2 needs it finalized to serve them).
+    "share.version": Feature("share.version", 0, 1, 1),
     # KIP-890 part 2, finalized at 2 as on a Kafka 4.x cluster: a client that reads it sends
     # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
     # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without

@@ -34,7 +34,7 @@ import logging
 import os
 import socket as stdlib_socket
 import time
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import trio
 
@@ -160,6 +160,8 @@ class Connection:
         # who the requests on this connection act as; authentication (SASL, mTLS) replaces it
         self.principal: KafkaPrincipal = ANONYMOUS
         self.throttled_until = 0.0  # trio time before which nothing is read (KIP-219 quota throttling)
+        # called once when the connection ends (state tied to it: share sessions)
+        self.close_callbacks: dict[object, Callable[[], None]] = {}
         self.listener_name = security.listener.name if security is not None else broker.config.listener_name
         self.security_protocol = security.listener.protocol if security is not None else "PLAINTEXT"
         self.authenticator: SaslAuthenticator | None = None
@@ -215,6 +217,11 @@ class Connection:
         finally:
             self.sock.close()
             self.decoder.close()
+            for callback in self.close_callbacks.values():
+                try:
+                    callback()
+                except Exception:
+                    log.exception("A close callback of %s failed", self.describe())
 
     # The socket calls below go straight to the (non-blocking) descriptor and wait for epoll only
     # when the kernel says EAGAIN. trio's socket methods would add a scheduler pass after every

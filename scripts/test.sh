@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
-# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, openssl, iproute2 and nftables from Debian, a
-# Python venv with the test extras, kafkajs from npm), then runs pytest. Extra arguments go to pytest.
+# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, openssl, iproute2, nftables, chromium
+# and chromium-driver from Debian, a Python venv with the test extras, kafkajs from npm), then runs pytest. Extra
+# arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,6 +25,9 @@ command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 # iproute2 and nftables for the network-partition tests (hosts in network namespaces, run as root).
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)
+# Chromium and its WebDriver for the console tests in a real headless browser (selenium drives them).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq

@@ -840,8 +840,14 @@ def test_cli_serve_builds_the_config_and_runs_the_broker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     received: list[BrokerConfig] = []
+    http_settings: list = []
     fake_broker = types.ModuleType("kafkacompat.broker")
-    fake_broker.run_broker = received.append  # type: ignore[attr-defined]
+
+    def run_broker(config: BrokerConfig, http) -> None:
+        received.append(config)
+        http_settings.append(http)
+
+    fake_broker.run_broker = run_broker  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kafkacompat.broker", fake_broker)
     log_levels: list[str] = []
     monkeypatch.setattr(cli, "configure_logging", log_levels.append)
@@ -870,6 +876,8 @@ def test_cli_serve_builds_the_config_and_runs_the_broker(
     assert (config.advertised_host, config.advertised_port) == ("example.test", 0)
     config.port = 45678  # what a broker does after binding an ephemeral port
     assert config.advertised_endpoint() == ("example.test", 45678)
+    [http] = http_settings
+    assert (http.host, http.port) == ("127.0.0.1", 9644)  # the console's defaults
 
 
 def test_cli_logging_format(monkeypatch: pytest.MonkeyPatch) -> None:

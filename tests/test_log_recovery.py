@@ -303,3 +303,21 @@ def test_file_cache_with_two_open_files_serves_ten_partitions(tmp_path):
     assert len(reloaded.load_all(lambda topic: config)) == 10
     assert all(log.log_end_offset == 5 * (1 + i % 3) for i, log in
                enumerate(sorted(reloaded.all_logs(), key=lambda log: log.partition)))
+
+
+def test_loading_a_large_data_dir_reports_progress(tmp_path, monkeypatch, caplog):
+    from kafkacompat.log import manager
+
+    data_dir = tmp_path / "data"
+    logs = LogManager(data_dir)
+    for index in range(3):
+        fill(logs.create("orders", index, CONFIG), 2)
+    logs.close()
+    (data_dir / CLEAN_SHUTDOWN_FILE).unlink()  # as after a crash: every log is recovered
+    monkeypatch.setattr(manager, "PROGRESS_INTERVAL_S", 0.0)  # a line per partition, not per 2 s
+    with caplog.at_level(logging.INFO, logger="kafkacompat.log"):
+        LogManager(data_dir).load_all(lambda topic: CONFIG)
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Loading partition logs")]
+    assert [line.split(": ", 1)[1].split(" (")[0] for line in progress] == ["0 of 3", "1 of 3", "2 of 3"]
+    assert progress[-1].endswith("recovering orders-2")
+    assert "Loaded 3 partition logs" in caplog.text and "after an unclean shutdown in" in caplog.text

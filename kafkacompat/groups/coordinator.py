@@ -222,6 +222,10 @@ class GroupCoordinator:
         self.owned_partitions: set[int] | None = set() if clustered else None
         # run()'s nursery: group metadata stores waiting for their ISR finish in it.
         self._background: trio.Nursery | None = None
+        # Whether a group id belongs to another protocol's groups (share groups): a classic
+        # JoinGroup for it is INCONSISTENT_GROUP_PROTOCOL, as Kafka answers.
+        self.foreign_group: Callable[[str], bool] = lambda group_id: False
+
         # KIP-848 consumer groups: ConsumerGroupHeartbeat / ConsumerGroupDescribe.
         self.consumer = ConsumerGroupCoordinator(self)
 
@@ -819,6 +823,8 @@ class GroupCoordinator:
             return JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id)
         if req.rebalance_timeout_ms < 0:
             req.rebalance_timeout_ms = req.session_timeout_ms  # JoinGroup v0 has no rebalance timeout
+        if self.foreign_group(req.group_id):
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, req.member_id)
         is_unknown = req.member_id == ""
         group = self.groups.get(req.group_id)
         if group is not None and group.consumer is not None:

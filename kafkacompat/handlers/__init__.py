@@ -2,6 +2,6 @@
 
 from kafkacompat.handlers.registry import REGISTRY, Handler, RequestContext, Services, handles
 
-from kafkacompat.handlers import acls, api_versions, cluster, configs, consumer_groups, delegation_tokens, delete_records, fetch, groups, leaders, list_offsets, metadata, offset_for_leader_epoch, offsets, produce, producer_ids, quotas, reassignments, sasl, scram, topics, transactions, txn_markers  # noqa: E402,F401  (registration)
+from kafkacompat.handlers import acls, api_versions, cluster, configs, consumer_groups, delegation_tokens, delete_records, fetch, groups, leaders, list_offsets, metadata, offset_for_leader_epoch, offsets, produce, producer_ids, quotas, reassignments, sasl, scram, shares, topics, transactions, txn_markers  # noqa: E402,F401  (registration)
 
 __all__ = ["REGISTRY", "Handler", "RequestContext", "Services", "handles"]

@@ -72,7 +72,26 @@ def _encode(response: FetchResponseData, version: int):
     )
 
 
-@handles(FETCH, 0, 18, decode=_decode, encode=_encode)
+def _error_response(request: FetchRequestData, code: int) -> FetchResponseData:
+    """An injected fault's answer (faults.py): ``code`` at the top and in every partition."""
+    return FetchResponseData([
+        FetchTopicResult(topic.name, topic.topic_id, [FetchPartitionResult(p.partition, code)
+                                                      for p in topic.partitions])
+        for topic in request.topics
+    ], code)
+
+
+def _count_bytes_out(ctx: RequestContext, request: FetchRequestData, topics: list[FetchTopicResult]) -> None:
+    """Kafka's BytesOutPerSec counts consumers' fetches (a follower's are replication bytes)."""
+    metrics = ctx.services.metrics
+    if metrics.enabled and request.replica_id < 0:
+        for topic in topics:
+            size = sum(result.records_size for result in topic.partitions)
+            if size:
+                metrics.fetched(topic.name or _topic_name(ctx)(topic.topic_id) or str(topic.topic_id), size)
+
+
+@handles(FETCH, 0, 18, decode=_decode, encode=_encode, error_response=_error_response)
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
     if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
         return await _handle_old_fetch(request, ctx)
@@ -90,6 +109,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
                 error, session_id = session.throttled()
                 await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
                 return FetchResponseData([], error, session_id, throttle_time_ms=throttle_ms)
+            _count_bytes_out(ctx, request, topics)
             error, session_id, topics = session.respond(topics)
             return FetchResponseData(topics, error, session_id, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
@@ -115,6 +135,7 @@ async def _handle_old_fetch(request: FetchRequestData, ctx: RequestContext) -> F
                 _close_records(topics)
                 await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
                 return FetchResponseData([], throttle_time_ms=throttle_ms)
+            _count_bytes_out(ctx, request, topics)
             return FetchResponseData(topics)
         _close_records(topics)
         await _wait_for_data(partitions, deadline)

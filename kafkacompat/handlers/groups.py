@@ -35,6 +35,9 @@ def may_read_group(ctx: RequestContext, group_id: str) -> bool:
     return ctx.authorize(AclOperation.READ, ResourceType.GROUP, group_id)
 
 
+SHARE_KEY_TYPE = 2
+
+
 def coordinator(ctx: RequestContext):
     return ctx.groups
 
@@ -91,6 +94,10 @@ async def _find(ctx: RequestContext, key: str, key_type: int) -> tuple[int, int,
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
             return GROUP_DENIED, -1, "", -1
         return await _find_group_coordinator(ctx, key)
+    if key_type == SHARE_KEY_TYPE and ctx.version >= 6 and ctx.services.shares is not None:
+        from kafkacompat.handlers.shares import find_share_coordinator
+
+        return await find_share_coordinator(ctx, key)
     if key_type != TRANSACTION_KEY_TYPE:
         return ErrorCode.INVALID_REQUEST, -1, "", -1
     if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
@@ -267,6 +274,9 @@ async def handle_list_groups(request, ctx: RequestContext):
         for g in coordinator(ctx).list_groups(states, types)
         if everything or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)
     ]
+    if ctx.services.shares is not None:
+        groups += [listed_cls(group_id=g.group_id, protocol_type="share", group_state=g.state, group_type="share")
+                   for g in ctx.services.shares.groups.list_groups(states, types)]
     return response_for(LIST_GROUPS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, groups=groups)
 
 

@@ -75,7 +75,18 @@ def _encode(response: ProduceResponseData, version: int) -> bytes:
     return encode_produce_response(response.topics, response.throttle_time_ms, version, response.node_endpoints)
 
 
-@handles(PRODUCE, 0, 13, decode=_decode, encode=_encode)
+def _error_response(request: ProduceRequestData, code: int) -> ProduceResponseData | None:
+    """An injected fault's answer (faults.py): ``code`` in every partition, nothing appended."""
+    if request.acks == 0:
+        return None
+    return ProduceResponseData([
+        ProduceTopicResult(topic.name, topic.topic_id, [ProducePartitionResult(data.index, code)
+                                                        for data in topic.partitions])
+        for topic in request.topics
+    ])
+
+
+@handles(PRODUCE, 0, 13, decode=_decode, encode=_encode, error_response=_error_response)
 async def handle_produce(request: ProduceRequestData, ctx: RequestContext) -> ProduceResponseData | None:
     if (ctx.services.authorizer is not None and _has_transactional_batch(request)
             and not (request.transactional_id is not None
@@ -234,6 +245,7 @@ def _produce_partition(ctx: RequestContext, request: ProduceRequestData, name: s
                     waits.append(_Wait(partition, result, duplicate.last_offset + 1, partition.leader_epoch))
                 return _acknowledge_duplicate(partition, result, duplicate, name, ctx)
         info = partition.append(records, headers)
+        ctx.services.metrics.produced(partition.topic, info.last_offset - info.first_offset + 1, len(records))
         if headers[0].is_transactional:
             partition.log.producer_state.verification_guards.pop(headers[0].producer_id, None)
     except KafkaError as exc:

@@ -14,6 +14,8 @@ import trio
 
 from kafkacompat.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
+from kafkacompat.faults import FaultInjector
+from kafkacompat.metrics import BrokerMetrics
 from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.producer_ids import ProducerIdManager
+    from kafkacompat.faults import ErrorResponseBuilder
     from kafkacompat.fetch_sessions import FetchSessionCache
     from kafkacompat.groups.coordinator import GroupCoordinator
     from kafkacompat.quotas import ClientQuotaManager
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.shares import ShareServices
     from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
 
@@ -44,7 +48,8 @@ Encoder = Callable[[Any, int], "bytes | list[Chunk]"]
 class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
     hosted here, the group and transaction coordinators, the producer ids and the transaction
-    verifier; the authorizer (None: none configured, everything allowed) and the client quotas."""
+    verifier; the authorizer (None: none configured, everything allowed) and the client quotas;
+    what dispatch counts (metrics) and injects (faults)."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -61,6 +66,9 @@ class Services:
     tokens: "DelegationTokens | None" = None  # delegation tokens (/delegation_token/tokens)
     authorizer: "Authorizer | None" = None
     quotas: "ClientQuotaManager | None" = None
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
+    faults: FaultInjector = field(default_factory=FaultInjector)
+    shares: "ShareServices | None" = None
 
 
 @dataclass(slots=True)
@@ -193,6 +201,9 @@ class Handler:
     fn: Callable[[Any, RequestContext], Awaitable[Any]]
     decode: Decoder
     encode: Encoder
+    # The response that carries an injected fault's error (faults.py); None: built generically
+    # from the generated response class.
+    error_response: "ErrorResponseBuilder | None" = None
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
@@ -216,6 +227,7 @@ def handles(
     *,
     decode: Decoder | None = None,
     encode: Encoder | None = None,
+    error_response: "ErrorResponseBuilder | None" = None,
 ) -> Callable[[Callable], Callable]:
     """Register the decorated coroutine as the handler for ``api_key`` at these versions."""
 
@@ -223,7 +235,8 @@ def handles(
         if api_key in REGISTRY:
             raise RuntimeError(f"two handlers registered for api key {api_key}")
         REGISTRY[api_key] = Handler(
-            api_key, min_version, max_version, fn, decode or _schema_decoder(api_key), encode or _schema_encode
+            api_key, min_version, max_version, fn, decode or _schema_decoder(api_key), encode or _schema_encode,
+            error_response,
         )
         return fn
 

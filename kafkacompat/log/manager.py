@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Callable, Mapping
@@ -68,9 +69,10 @@ class LogManager:
         clean = marker.exists()
         recovery_points = self._read_checkpoint_or_nothing(RECOVERY_POINT_CHECKPOINT)
         log_start_offsets = self._read_checkpoint_or_nothing(LOG_START_OFFSET_CHECKPOINT)
-        for entry in sorted(self.data_dir.iterdir()):
-            if not entry.is_dir():
-                continue
+        entries = sorted(entry for entry in self.data_dir.iterdir() if entry.is_dir())
+        progress = _LoadProgress(self.data_dir, len(entries), clean)
+        for entry in entries:
+            progress.next(entry.name)
             if entry.name.endswith(DELETE_DIR_SUFFIX):
                 logger.info("Finishing the deletion of %s", entry.name)
                 shutil.rmtree(entry, ignore_errors=True)
@@ -91,8 +93,8 @@ class LogManager:
         if not self._logs and not clean:
             logger.info("Starting with no partition logs in %s", self.data_dir)
         else:
-            logger.info("Loaded %d partition logs from %s after %s shutdown", len(self._logs), self.data_dir,
-                        "a clean" if clean else "an unclean")
+            logger.info("Loaded %d partition logs from %s after %s shutdown in %.1f s", len(self._logs),
+                        self.data_dir, "a clean" if clean else "an unclean", progress.elapsed())
         return dict(self._logs)
 
     def _read_checkpoint_or_nothing(self, name: str) -> dict[TopicPartition, int]:
@@ -222,3 +224,29 @@ class LogManager:
         self._logs.clear()
         self._files.close()
 
+
+PROGRESS_INTERVAL_S = 2.0
+
+
+class _LoadProgress:
+    """A progress line every PROGRESS_INTERVAL_S while a large data dir loads (recovery after an
+    unclean shutdown re-reads every batch after the recovery point), so a long start is not silent."""
+
+    def __init__(self, data_dir: Path, total: int, clean: bool) -> None:
+        self.data_dir = data_dir
+        self.total = total
+        self.action = "loading" if clean else "recovering"
+        self.started = self.last = time.monotonic()
+        self.done = 0
+
+    def next(self, name: str) -> None:
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL_S:
+            self.last = now
+            logger.info("Loading partition logs from %s: %d of %d (%d%%) after %.0f s; %s %s", self.data_dir,
+                        self.done, self.total, 100 * self.done // max(self.total, 1), now - self.started,
+                        self.action, name)
+        self.done += 1
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started

@@ -128,10 +128,10 @@ def _loaded_librdkafka() -> str:
     raise RuntimeError("librdkafka is not loaded in this process")
 
 
-def mock_child_main() -> None:
-    """Host a one-broker mock cluster until stdin closes.
+def mock_child_main(brokers: int = 1) -> None:
+    """Host a mock cluster of ``brokers`` brokers until stdin closes.
 
-    Protocol on stdout/stdin: first line 'BOOTSTRAP host:port'; then for each 'create TOPIC N'
+    Protocol on stdout/stdin: first line 'BOOTSTRAP host:port'; then for each 'create TOPIC N [RF]'
     line, 'ok' or 'error CODE'."""
     lib = ctypes.CDLL(_loaded_librdkafka())
     lib.rd_kafka_conf_new.restype = ctypes.c_void_p
@@ -148,7 +148,7 @@ def mock_child_main() -> None:
 
     errstr = ctypes.create_string_buffer(512)
     conf = lib.rd_kafka_conf_new()
-    if lib.rd_kafka_conf_set(conf, b"test.mock.num.brokers", b"1", errstr, len(errstr)) != 0:
+    if lib.rd_kafka_conf_set(conf, b"test.mock.num.brokers", str(brokers).encode(), errstr, len(errstr)) != 0:
         raise SystemExit(f"test.mock.num.brokers: {errstr.value.decode()}")
     rk = lib.rd_kafka_new(0, conf, errstr, len(errstr))  # RD_KAFKA_PRODUCER
     if not rk:
@@ -157,8 +157,9 @@ def mock_child_main() -> None:
     print(f"BOOTSTRAP {lib.rd_kafka_mock_cluster_bootstraps(cluster).decode()}", flush=True)
     for line in sys.stdin:
         command = line.split()
-        if len(command) == 3 and command[0] == "create":
-            err = lib.rd_kafka_mock_topic_create(cluster, command[1].encode(), int(command[2]), 1)
+        if len(command) in (3, 4) and command[0] == "create":
+            replication = int(command[3]) if len(command) == 4 else 1
+            err = lib.rd_kafka_mock_topic_create(cluster, command[1].encode(), int(command[2]), replication)
             print("ok" if err == 0 else f"error {err}", flush=True)
     os._exit(0)  # the handle is not worth an orderly destroy
 
@@ -244,9 +245,9 @@ class KafkacompatTarget(Target):
 class MockTarget(Target):
     name = "mock"
 
-    def __init__(self) -> None:
+    def __init__(self, brokers: int = 1) -> None:
         self.child = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--mock-child"],
+            [sys.executable, str(Path(__file__).resolve()), "--mock-child", str(brokers)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         line = self.child.stdout.readline()
@@ -258,8 +259,8 @@ class MockTarget(Target):
         self.pid = self.child.pid
         self.start_monitor()
 
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self.child.stdin.write(f"create {topic} {partitions}\n")
+    def create_topic(self, topic: str, partitions: int, replication: int = 1) -> None:
+        self.child.stdin.write(f"create {topic} {partitions} {replication}\n")
         self.child.stdin.flush()
         reply = self.child.stdout.readline().strip()
         if reply != "ok":
@@ -762,7 +763,8 @@ def print_table(results: dict) -> None:
 
 def main() -> None:
     if "--mock-child" in sys.argv[1:]:
-        mock_child_main()
+        following = sys.argv[sys.argv.index("--mock-child") + 1:]
+        mock_child_main(int(following[0]) if following and following[0].isdigit() else 1)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000,

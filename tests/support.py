@@ -13,8 +13,10 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from kafkacompat.config import BrokerConfig
+from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.producer_ids import FileBlockStore, ProducerIdManager
 from kafkacompat.controller.state import BrokerInfo, PartitionState
+from kafkacompat.controller.store import EmbeddedStore
 from kafkacompat.controller.topics import TopicInfo, topic_collision
 from kafkacompat.dispatch import dispatch
 from kafkacompat.fetch_sessions import FetchSessionCache
@@ -147,6 +149,17 @@ class NodeMetadata:
         return self._controller.infos()
 
 
+class NoAdmin:
+    """The admin side of a ReplicaNode: no admin operations (the fake controller places the
+    topics), only the finalized feature levels ApiVersions reads, from a store of its own."""
+
+    def __init__(self) -> None:
+        self._features = FinalizedFeatureStore(EmbeddedStore())
+
+    def feature_store(self) -> FinalizedFeatureStore:
+        return self._features
+
+
 class ReplicaNode:
     """One broker's data plane from the real services: logs, ReplicaManager (fetchers, ISR) and
     the request handlers behind a real listener. No admin operations (the fake controller places
@@ -164,7 +177,7 @@ class ReplicaNode:
                                        isr_client=controller)
         self.metadata = NodeMetadata(self.node_id, self.topics, controller)
         groups = GroupCoordinator(config, OffsetsTopicLog(self.topics, self.replicas, create=None), clustered=True)
-        self._services = Services(config, self.metadata, None, self.replicas, groups,  # type: ignore[arg-type]
+        self._services = Services(config, self.metadata, NoAdmin(), self.replicas, groups,  # type: ignore[arg-type]
                                   ProducerIdManager(self.node_id, FileBlockStore(self.data_dir)), self.data_dir,
                                   FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                                     config.min_incremental_fetch_session_eviction_ms))

@@ -385,7 +385,7 @@ def test_every_other_api_and_version_kafka_python_knows_agrees_too() -> None:
                 data = bytes(kafka_python_message(api_key, kind, version, nulls).encode(version=version))
                 assert encode(decode(api_key, version, data), version) == data, (api_key, kind, version, nulls)
             checked += 1
-    assert checked > 100
+    assert checked > 50, checked  # the broker serves most versions now (88 left at 2026-12-02)
 
 
 # ---- every generated version kio has, served or not yet ------------------------------------------

@@ -44,8 +44,7 @@ def coordinator(ctx: RequestContext):
 
 def client_host(ctx: RequestContext) -> str:
     # Kafka reports InetAddress.toString(): "/127.0.0.1".
-    host = ctx.connection.client_host if ctx.connection is not None else "unknown"
-    return f"/{host}"
+    return f"/{ctx.client_host}"
 
 
 def _message(error: int) -> str | None:

@@ -40,11 +40,6 @@ def shares(ctx: RequestContext) -> "ShareServices":
     return ctx.services.shares
 
 
-def _client_host(ctx: RequestContext) -> str:
-    host = ctx.connection.client_host if ctx.connection is not None else "unknown"
-    return f"/{host}"
-
-
 def _valid_member_id(member_id: str | None) -> bool:
     """Kafka parses a share member id as a Uuid (22 characters of URL-safe base64)."""
     if not member_id:
@@ -66,7 +61,7 @@ async def handle_share_group_heartbeat(request, ctx: RequestContext):
                             member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     result = shares(ctx).groups.heartbeat(
         request.group_id, request.member_id, request.member_epoch, request.rack_id, request.subscribed_topic_names,
-        client_id=ctx.client_id or "", client_host=_client_host(ctx),
+        client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}",
     )
     assignment = None
     if result.assignment is not None:

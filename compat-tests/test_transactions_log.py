@@ -233,6 +233,9 @@ def test_a_new_leader_serves_the_same_lso_and_aborted_transactions(tmp_path):
         md = cluster.wait_for(lambda md: topic in md.topics and not md.topics[topic].error
                               and set(md.topics[topic].partitions[0].isrs) == {0, 1, 2})
         old = md.topics[topic].partitions[0].leader
+        # The raw producer talks to the leader alone: it must have applied the topic itself.
+        cluster.wait_for(lambda md: topic in md.topics and md.topics[topic].partitions[0].leader == old,
+                         broker_id=old)
         with RawConnection(cluster.brokers[old].bootstrap) as conn:
             a, b = Producer.start(conn, "txn-failover-a"), Producer.start(conn, "txn-failover-b")
             b.send(topic, 0, b"b1")  # 0

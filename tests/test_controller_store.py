@@ -308,3 +308,98 @@ async def test_get_many(stores):
         assert await store.get_many([]) == {}
     finally:
         await stores.close()
+
+
+class ReplyDropper:
+    """A TCP proxy in front of the real ZooKeeper that, once armed, lets the next request reach
+    the server and then cuts the connection before its reply gets back: the client sees a
+    ConnectionLoss for a write the server has applied. kazoo reconnects through the proxy."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.armed = False
+        self.dropped = 0
+        self.port = 0
+
+    async def serve(self, nursery: trio.Nursery) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, self._proxy, listeners)
+
+    async def _proxy(self, client: trio.SocketStream) -> None:
+        server = await trio.open_tcp_stream("127.0.0.1", self.upstream_port)
+        async with client, server, trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, client, server, nursery.cancel_scope, False)
+            nursery.start_soon(self._pump, server, client, nursery.cancel_scope, True)
+
+    async def _pump(self, source, sink, scope: trio.CancelScope, replies: bool) -> None:
+        buffered = b""
+        first = True  # the session handshake's answer has no reply header
+        try:
+            while True:
+                chunk = await source.receive_some(65536)
+                if not chunk:
+                    break
+                if not replies:
+                    await sink.send_all(chunk)
+                    continue
+                buffered += chunk
+                while len(buffered) >= 4 and len(buffered) >= 4 + int.from_bytes(buffered[:4], "big"):
+                    size = 4 + int.from_bytes(buffered[:4], "big")
+                    frame, buffered = buffered[:size], buffered[size:]
+                    xid = int.from_bytes(frame[4:8], "big", signed=True)
+                    if not first and self.armed and xid > 0:  # a reply to a request (not a ping or an event)
+                        self.armed = False
+                        self.dropped += 1
+                        scope.cancel()
+                        return
+                    first = False
+                    await sink.send_all(frame)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        scope.cancel()
+
+
+@pytest.mark.parametrize("write", ["create", "set", "versioned set", "delete", "multi"])
+@trio_test
+async def test_a_write_whose_reply_is_lost_is_settled_after_the_reconnection(zookeeper, write):
+    """The connection drops after ZooKeeper applied a write but before its answer arrived (seen
+    under CI load with short sessions: CreateTopics answered REQUEST_TIMED_OUT for a topic that
+    was created). The store settles it once reconnected instead of failing the caller."""
+    from kafkacompat.controller.store import Op
+    from kafkacompat.controller.zookeeper import ZooKeeperStore
+
+    async with trio.open_nursery() as nursery:
+        proxy = ReplyDropper(zookeeper.port)
+        await proxy.serve(nursery)
+        root = f"/lost-{write.replace(' ', '-')}"
+        store = await ZooKeeperStore(f"127.0.0.1:{proxy.port}", session_timeout_ms=4000).start()
+        try:
+            await store.create(f"{root}/existing", b"old")
+            proxy.armed = True
+            if write == "create":
+                assert await store.create(f"{root}/node", b"v") == f"{root}/node"
+                assert await store.get(f"{root}/node") == (b"v", 0)
+            elif write == "set":
+                assert await store.set(f"{root}/existing", b"new") == 1
+                assert await store.get(f"{root}/existing") == (b"new", 1)
+            elif write == "versioned set":
+                assert await store.set(f"{root}/existing", b"new", 0) == 1
+                assert await store.get(f"{root}/existing") == (b"new", 1)
+            elif write == "delete":
+                await store.delete(f"{root}/existing", 0)
+                assert await store.exists(f"{root}/existing") is None
+            else:
+                await store.multi([Op.set(f"{root}/existing", b"m", 0), Op.create(f"{root}/made", b"x")])
+                assert await store.get(f"{root}/existing") == (b"m", 1)
+                assert await store.get(f"{root}/made") == (b"x", 0)
+            assert proxy.dropped == 1
+            # Somebody else's node is still reported, not taken for ours.
+            await store.create(f"{root}/theirs", b"theirs")
+            proxy.armed = True
+            with pytest.raises(NodeExistsError):
+                await store.create(f"{root}/theirs", b"ours")
+            assert proxy.dropped == 2
+        finally:
+            await store.close()
+            nursery.cancel_scope.cancel()

@@ -11,7 +11,8 @@ chroot node is created at start if missing (as Kafka does).
 ZooKeeper going away never blocks a caller for long: while the connection is down an operation
 waits for it at most ``zookeeper.connection.timeout.ms`` and then raises StoreUnavailableError
 (nothing is queued behind the outage, so nothing runs late when it ends); a request sent on a
-connection that then goes quiet is given up after the session timeout. The worker threads are
+connection that then goes quiet is given up after the session timeout; a write whose connection
+drops with it in flight is settled once reconnected (applied, or sent again). The worker threads are
 abandoned on cancellation (they are daemon threads), so a cancel scope - an admin request's
 deadline, a shutdown - always ends the wait. kazoo reconnects on its own, every second at most.
 """
@@ -174,7 +175,7 @@ class ZooKeeperStore(MetadataStore):
 
     async def _run(self, fn, *args, deadline: float | None = None, **kwargs):
         """``fn`` in a worker thread once connected, for at most the session timeout. A write
-        whose connection drops raises StoreUnavailableError: it may or may not have been applied."""
+        whose connection drops with it in flight raises _ConnectionLost (settled by ``_write``)."""
         if self.client is None:
             raise StoreUnavailableError("the ZooKeeper session is closed")
         await self._wait_connected(deadline or trio.current_time() + self.connection_timeout_ms / 1000)
@@ -220,15 +221,21 @@ class ZooKeeperStore(MetadataStore):
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False,
                      sequential: bool = False, makepath: bool = True) -> str:
-        return await self._run(self.client.create, path, bytes(data), ephemeral=ephemeral,
-                               sequence=sequential, makepath=makepath)
+        send = lambda: self._run(self.client.create, path, bytes(data), ephemeral=ephemeral,  # noqa: E731
+                                 sequence=sequential, makepath=makepath)
+        if sequential:
+            return await send()  # a lost sequential create cannot be told from another's
+        return await self._write(send, lambda: self._created(path, data, ephemeral), path)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> int:
-        stat = await self._run(self.client.set, path, bytes(data), version=version)
-        return stat.version
+        async def send() -> int:
+            return (await self._run(self.client.set, path, bytes(data), version=version)).version
+
+        return await self._write(send, lambda: self._was_set(path, data, version), path)
 
     async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
-        await self._run(self.client.delete, path, version=version, recursive=recursive)
+        await self._write(lambda: self._run(self.client.delete, path, version=version, recursive=recursive),
+                          lambda: self._deleted(path), path)
 
     async def multi(self, ops) -> None:
         def run() -> None:
@@ -251,7 +258,78 @@ class ZooKeeperStore(MetadataStore):
                 if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                     raise result
 
-        await self._run(run)
+        await self._write(lambda: self._run(run), lambda: self._multi_applied(ops),
+                          ", ".join(op.path for op in ops))
+
+    async def _write(self, send, applied, what: str):
+        """A write whose connection drops with the request in flight may or may not have been
+        applied. As Kafka's ZooKeeper client retries such requests once reconnected, the write is
+        settled after the reconnection: if its effect is there it succeeded (``applied`` returns
+        the result, or None when the effect is absent), else it is sent again, until
+        zookeeper.connection.timeout.ms has passed."""
+        deadline = trio.current_time() + self.connection_timeout_ms / 1000
+        try:
+            return await send()
+        except _ConnectionLost:
+            pass
+        while True:
+            try:
+                result = await self._read_at(applied, deadline)
+                if result is not None:
+                    log.info("A ZooKeeper write to %s was in flight when the connection dropped; "
+                             "it had been applied", what)
+                    return result[0]
+                return await send()
+            except _ConnectionLost:
+                if trio.current_time() >= deadline:
+                    raise
+
+    async def _read_at(self, applied, deadline: float):
+        await self._wait_connected(deadline)
+        return await applied()
+
+    async def _created(self, path: str, data: bytes, ephemeral: bool) -> tuple[str] | None:
+        stat_and_data = await self._stat(path)
+        if stat_and_data is None:
+            return None
+        found, stat = stat_and_data
+        if found != bytes(data) or (ephemeral and stat.ephemeralOwner != self.session_id):
+            return None  # somebody else's node: sending again reports NodeExists
+        return (path,)
+
+    async def _was_set(self, path: str, data: bytes, version: int) -> tuple[int] | None:
+        stat_and_data = await self._stat(path)
+        if stat_and_data is None:
+            return None
+        found, stat = stat_and_data
+        if found == bytes(data) and (version == -1 or stat.version == version + 1):
+            return (stat.version,)
+        return None
+
+    async def _deleted(self, path: str) -> tuple[None] | None:
+        return (None,) if await self._stat(path) is None else None
+
+    async def _multi_applied(self, ops) -> tuple[None] | None:
+        for op in ops:
+            if op.kind == "create" and await self._created(op.path, op.data, False) is None:
+                return None
+            if op.kind == "set" and await self._was_set(op.path, op.data, op.version) is None:
+                return None
+            if op.kind == "delete" and await self._deleted(op.path) is None:
+                return None
+        return (None,)
+
+    async def _stat(self, path: str):
+        from kazoo.exceptions import NoNodeError as KazooNoNode
+
+        def run():
+            try:
+                data, stat = self.client.get(path)
+            except KazooNoNode:
+                return None
+            return data or b"", stat
+
+        return await self._run(run)
 
     async def ephemeral_owner(self, path: str) -> int | None:
         data, stat = await self._read(self.client.get, path)

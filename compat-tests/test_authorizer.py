@@ -461,3 +461,63 @@ def test_admin_operations_on_a_closed_topic(broker):
     # Unknown to a client that may not delete it: TOPIC_AUTHORIZATION_FAILED before existence.
     create_acls(broker, acl(ResourceType.TOPIC, "gone-", OTHER, AclOperation.ALL, pattern=PREFIXED))
     assert code_of(client.delete_topics(["gone-never-was"])["gone-never-was"]) == TOPIC_AUTHORIZATION_FAILED
+
+
+# ---- share groups and KIP-848 consumer groups -------------------------------------------------------
+
+
+def test_share_fetch_needs_read_on_the_topic_and_share_state_needs_cluster_action(broker):
+    from test_shares_raw import ACCEPT, HEARTBEAT, Member, acquired, call, partition_errors
+
+    topic, group = name("share"), name("g")
+    create_topic(broker, topic)
+    with RawConnection(broker.bootstrap) as conn:
+        member = Member(conn, group, topic)
+        member.join()
+        assert acquired(member.fetch()) == []  # the share partition starts at the end (share.auto.offset.reset)
+        assert produce_error(broker, topic) is None  # one record at offset 0
+        create_acls(broker, acl(ResourceType.TOPIC, topic, OTHER, AclOperation.ALL))
+        # Closed to DESCRIBE: the subscription is refused.
+        answer = call(conn, HEARTBEAT, group_id=group, member_id=member.member_id, member_epoch=member.epoch,
+                      subscribed_topic_names=[topic])
+        assert answer.error_code == TOPIC_AUTHORIZATION_FAILED
+        answer = member.fetch()
+        assert answer.error_code == 0 and partition_errors(answer) == [TOPIC_AUTHORIZATION_FAILED]
+        assert acquired(answer) == []
+        create_acls(broker, acl(ResourceType.TOPIC, topic, ME, AclOperation.READ))
+        deadline = time.monotonic() + TIMEOUT
+        while not (got := acquired(member.fetch(max_wait_ms=200))):  # the next fetch adds it to the session
+            assert time.monotonic() < deadline, "the record was never acquired once READ was granted"
+        assert got == [(0, 0, 1)]
+        delete_acls(broker, matching(ResourceType.TOPIC, topic, LITERAL, ME))
+        answer = member.acknowledge([(0, 0, ACCEPT)])
+        assert answer.error_code == 0 and partition_errors(answer) == [TOPIC_AUTHORIZATION_FAILED]
+        from kafkacompat.wire import codec
+
+        read_state = codec.request_class(84)
+        ask = dict(group_id=group, topics=[read_state.ReadStateData(
+            topic_id=member.topic_id, partitions=[read_state.ReadStateData.PartitionData(partition=0, leader_epoch=0)])])
+        assert [p.error_code for r in call(conn, 84, 0, **ask).results for p in r.partitions] == [0]
+        create_acls(broker, acl(ResourceType.BROKER, "kafka-cluster", ME, AclOperation.ALTER),  # to delete them
+                    acl(ResourceType.BROKER, "kafka-cluster", OTHER, AclOperation.CLUSTER_ACTION))
+        try:
+            answer = call(conn, 84, 0, **ask)
+            assert [p.error_code for r in answer.results for p in r.partitions] == [CLUSTER_AUTHORIZATION_FAILED]
+        finally:
+            delete_acls(broker, matching(ResourceType.BROKER))
+
+
+def test_a_consumer_group_member_may_subscribe_only_to_topics_it_may_describe(broker):
+    from test_shares_raw import call, new_member_id
+
+    topic, group = name(), name("g")
+    create_topic(broker, topic)
+    create_acls(broker, acl(ResourceType.TOPIC, topic, OTHER, AclOperation.ALL))
+    with RawConnection(broker.bootstrap) as conn:
+        answer = call(conn, 68, 0, group_id=group, member_id=new_member_id(), member_epoch=0,
+                      rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
+        assert answer.error_code == TOPIC_AUTHORIZATION_FAILED
+        create_acls(broker, acl(ResourceType.TOPIC, topic, ME, AclOperation.DESCRIBE))
+        answer = call(conn, 68, 0, group_id=group, member_id=new_member_id(), member_epoch=0,
+                      rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
+        assert answer.error_code == 0 and answer.member_epoch > 0

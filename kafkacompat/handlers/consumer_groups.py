@@ -23,6 +23,11 @@ async def handle_consumer_group_heartbeat(request, ctx: RequestContext):
         return response_for(CONSUMER_GROUP_HEARTBEAT, ctx, throttle_time_ms=0,
                             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
                             member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
+    # Kafka: a member may subscribe only to topics it may DESCRIBE (they would leak in the assignment).
+    if not ctx.authorize_all(AclOperation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names):
+        return response_for(CONSUMER_GROUP_HEARTBEAT, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                            member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     owned = None if request.topic_partitions is None else [
         (tp.topic_id, list(tp.partitions or [])) for tp in request.topic_partitions
     ]

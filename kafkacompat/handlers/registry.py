@@ -146,6 +146,10 @@ class RequestContext:
             return True
         return authorizer.authorize_by_resource_type(self.principal, self.client_host, operation, resource_type)
 
+    def authorize_all(self, operation: AclOperation, resource_type: ResourceType, names) -> bool:
+        """Every named resource allowed (Kafka's filterByAuthorized keeping them all)."""
+        return all([self.authorize(operation, resource_type, name) for name in set(names or ())])
+
     def authorize_cluster(self, operation: AclOperation, *, log_denied: bool = True) -> bool:
         return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
 

@@ -59,6 +59,11 @@ async def handle_share_group_heartbeat(request, ctx: RequestContext):
         return response_for(SHARE_GROUP_HEARTBEAT, ctx, throttle_time_ms=0,
                             error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
                             member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
+    # Kafka: a member may subscribe only to topics it may DESCRIBE (they would leak in the assignment).
+    if not ctx.authorize_all(AclOperation.DESCRIBE, ResourceType.TOPIC, request.subscribed_topic_names):
+        return response_for(SHARE_GROUP_HEARTBEAT, ctx, throttle_time_ms=0,
+                            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, error_message=None,
+                            member_id=request.member_id, member_epoch=-1, heartbeat_interval_ms=0, assignment=None)
     result = shares(ctx).groups.heartbeat(
         request.group_id, request.member_id, request.member_epoch, request.rack_id, request.subscribed_topic_names,
         client_id=ctx.client_id or "", client_host=f"/{ctx.client_host}",
@@ -175,10 +180,9 @@ async def _acknowledge_all(ctx: RequestContext, group_id: str, member_id: str,
         if not batches:
             continue
         partition = results.get(key)
-        topic = ctx.metadata.topic_by_id(key[0])
-        if topic is None:
-            code, message = ErrorCode.UNKNOWN_TOPIC_ID, None
-        else:
+        code, message = _partition_error(ctx, key), None
+        if code == ErrorCode.NONE:
+            topic = ctx.metadata.topic_by_id(key[0])
             code, message = await manager.acknowledge(group_id, member_id, topic, key[1], batches)
         setattr(partition, error_field, code)
         setattr(partition, error_field.replace("_code", "_message"), message)
@@ -188,6 +192,8 @@ def _partition_error(ctx: RequestContext, key: PartitionKey) -> int:
     topic = ctx.metadata.topic_by_id(key[0])
     if topic is None:
         return ErrorCode.UNKNOWN_TOPIC_ID
+    if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic.name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED
     return ErrorCode.NONE if 0 <= key[1] < topic.partitions else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -263,11 +269,11 @@ async def _fetch_into(ctx: RequestContext, request, group_id: str, member_id: st
     mode = getattr(request, "share_acquire_mode", AcquireMode.BATCH_OPTIMIZED)
     wanted: list[tuple["TopicInfo", int]] = []
     for key in keys:
-        topic = ctx.metadata.topic_by_id(key[0])
-        if topic is None:
-            results.get(key).error_code = ErrorCode.UNKNOWN_TOPIC_ID
+        error = _partition_error(ctx, key)  # the session's partitions too: an ACL may have changed since
+        if error:
+            results.get(key).error_code = error
             continue
-        wanted.append((topic, key[1]))
+        wanted.append((ctx.metadata.topic_by_id(key[0]), key[1]))
     max_records = getattr(request, "max_records", 0) or 500
     fetched = await shares(ctx).partitions.fetch(
         group_id, member_id, wanted, max_records=max_records, max_bytes=request.max_bytes,
@@ -332,8 +338,25 @@ READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
 
 
+def _cluster_action_denied(request, ctx: RequestContext, api_key: int, result_name: str):
+    """The share-state APIs are for brokers (CLUSTER_ACTION on the cluster, as Kafka's KafkaApis):
+    anyone else gets CLUSTER_AUTHORIZATION_FAILED for every partition asked about, or None."""
+    if ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return None
+    cls = response_class(api_key)
+    result_cls = getattr(cls, result_name)
+    message = "Share-group state is kept by brokers: CLUSTER_ACTION on the cluster is needed."
+    results = [result_cls(topic_id=topic.topic_id, partitions=[
+        result_cls.PartitionResult(partition=p.partition, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                   error_message=message) for p in topic.partitions or []])
+        for topic in request.topics or []]
+    return response_for(api_key, ctx, results=results)
+
+
 @handles(READ_SHARE_GROUP_STATE, 0, 0)
 async def handle_read_share_group_state(request, ctx: RequestContext):
+    if (denied := _cluster_action_denied(request, ctx, READ_SHARE_GROUP_STATE, "ReadStateResult")) is not None:
+        return denied
     cls = response_class(READ_SHARE_GROUP_STATE)
     result_cls = cls.ReadStateResult.PartitionResult
     store = shares(ctx).state
@@ -377,6 +400,8 @@ def _unsound_state(start_offset: int, batches) -> str | None:
 
 @handles(WRITE_SHARE_GROUP_STATE, 0, 0)
 async def handle_write_share_group_state(request, ctx: RequestContext):
+    if (denied := _cluster_action_denied(request, ctx, WRITE_SHARE_GROUP_STATE, "WriteStateResult")) is not None:
+        return denied
     from kafkacompat.shares.partition import StateBatch
 
     cls = response_class(WRITE_SHARE_GROUP_STATE)
@@ -582,6 +607,8 @@ DELETE_SHARE_GROUP_STATE = 86
 
 @handles(INITIALIZE_SHARE_GROUP_STATE, 0, 0)
 async def handle_initialize_share_group_state(request, ctx: RequestContext):
+    if (denied := _cluster_action_denied(request, ctx, INITIALIZE_SHARE_GROUP_STATE, "InitializeStateResult")) is not None:
+        return denied
     cls = response_class(INITIALIZE_SHARE_GROUP_STATE)
     result_cls = cls.InitializeStateResult.PartitionResult
     results = []
@@ -599,6 +626,8 @@ async def handle_initialize_share_group_state(request, ctx: RequestContext):
 
 @handles(DELETE_SHARE_GROUP_STATE, 0, 0)
 async def handle_delete_share_group_state(request, ctx: RequestContext):
+    if (denied := _cluster_action_denied(request, ctx, DELETE_SHARE_GROUP_STATE, "DeleteStateResult")) is not None:
+        return denied
     cls = response_class(DELETE_SHARE_GROUP_STATE)
     result_cls = cls.DeleteStateResult.PartitionResult
     results = []

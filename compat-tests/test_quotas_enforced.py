@@ -194,3 +194,69 @@ def test_request_percentage_throttles_a_busy_client(broker):
     throttles = metadata_throttle_times(broker, "busy", 20)
     assert 0 < throttles[-1] <= 1000
     assert metadata_throttle_times(broker, "idle", 20) == [0] * 20
+
+
+# ---- controller_mutation_rate (KIP-599) -----------------------------------------------------------
+
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+THROTTLING_QUOTA_EXCEEDED = 89
+MUTATIONS_PER_SECOND = 2.0   # a burst of 2 x quota.window.num (2) x 1 s = 4 partitions
+
+
+def admin_call(broker, client_id: str, api_key: int, version: int, request):
+    body = bytes(request.encode(version=version))
+    with RawConnection(broker.bootstrap) as conn:
+        flexible = {CREATE_TOPICS: 5, DELETE_TOPICS: 4, CREATE_PARTITIONS: 2}[api_key] <= version
+        conn.send(frame(request_header(api_key, version, 7, flexible=flexible, client_id=client_id) + body))
+        return conn.read_response(response_class(api_key), version, 7)
+
+
+def create_request(topics: list[tuple[str, int]]):
+    cls = request_class(CREATE_TOPICS)
+    return cls(topics=[cls.CreatableTopic(name=name, num_partitions=partitions, replication_factor=1,
+                                          assignments=[], configs=[]) for name, partitions in topics],
+               timeout_ms=15000, validate_only=False)
+
+
+def wait_for_a_full_bucket(owed_ms: int = 0) -> None:
+    """The throttle time pays what the bucket owes; the burst refills after that."""
+    time.sleep(owed_ms / 1000 + 4 / MUTATIONS_PER_SECOND + 0.2)
+
+
+def test_controller_mutation_rate_refuses_topics_past_the_burst_and_throttles(broker):
+    client = "mutator"
+    set_quota(broker, client, "controller_mutation_rate", MUTATIONS_PER_SECOND)
+    wait_for_a_full_bucket()
+    names = [f"mutated-{i}" for i in range(3)]
+    # One request: the first topic takes the bucket from 4 to 1, the second (admitted while the
+    # bucket is not empty) to -11, which takes 5.5 s to refill, so the third is refused.
+    answer = admin_call(broker, client, CREATE_TOPICS, 7, create_request([(names[0], 3), (names[1], 12),
+                                                                          (names[2], 1)]))
+    assert [(t.name, t.error_code) for t in answer.topics] == [
+        (names[0], 0), (names[1], 0), (names[2], THROTTLING_QUOTA_EXCEEDED)]
+    assert 0 < answer.throttle_time_ms <= 5500   # 11 owed at 2 a second, less what refilled meanwhile
+    # Before v6 the quota is only recorded: everything is done, the answer is throttled.
+    wait_for_a_full_bucket(answer.throttle_time_ms)
+    answer = admin_call(broker, client, CREATE_TOPICS, 5, create_request([(f"mutated-old-{i}", 3) for i in range(3)]))
+    assert [t.error_code for t in answer.topics] == [0, 0, 0]
+    assert 0 < answer.throttle_time_ms <= 2500   # 5 owed
+    # Another client is not limited by this one's quota.
+    answer = admin_call(broker, "someone-else", CREATE_TOPICS, 7, create_request([(names[2], 1)]))
+    assert ([t.error_code for t in answer.topics], answer.throttle_time_ms) == ([0], 0)
+
+    wait_for_a_full_bucket(answer.throttle_time_ms + 2500)
+    partitions = request_class(CREATE_PARTITIONS)
+    answer = admin_call(broker, client, CREATE_PARTITIONS, 3, partitions(
+        topics=[partitions.CreatePartitionsTopic(name=name, count=count, assignments=None)
+                for name, count in ((names[0], 4), (names[1], 24), (names[2], 2))],
+        timeout_ms=15000, validate_only=False))
+    assert [(r.name, r.error_code) for r in answer.results] == [
+        (names[0], 0), (names[1], 0), (names[2], THROTTLING_QUOTA_EXCEEDED)]   # 4 - 1 - 12 = -9
+
+    wait_for_a_full_bucket(answer.throttle_time_ms)
+    deletions = request_class(DELETE_TOPICS)
+    answer = admin_call(broker, client, DELETE_TOPICS, 5, deletions(topic_names=names, timeout_ms=15000))
+    # names[0] has 4 partitions, names[1] 24: deleting them takes the bucket to -24; names[2] waits.
+    assert {r.name: r.error_code for r in answer.responses} == {
+        names[0]: 0, names[1]: 0, names[2]: THROTTLING_QUOTA_EXCEEDED}
+    assert 0 < answer.throttle_time_ms <= 12000

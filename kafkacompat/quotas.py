@@ -29,6 +29,14 @@ the request's handler, its task steps between suspensions (a long-polling Fetch 
 Produce counts only while it runs, as Kafka's purgatory time does not count), measured by a Trio
 instrument (``RequestTimer``) installed only while some request quota exists. The throttle time
 of a request quota is at most one window (ClientRequestQuotaManager).
+
+``controller_mutation_rate`` (KIP-599) limits the partitions a client creates, adds or deletes per
+second (CreateTopics, CreatePartitions, DeleteTopics). Its sensor is Kafka's TokenBucket: a burst of
+quota x ``quota.window.num`` x ``quota.window.size.seconds`` mutations, refilled at the quota.
+From CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 the quota is strict: a topic is
+refused with THROTTLING_QUOTA_EXCEEDED while the bucket is empty (the one that empties it is
+allowed, so a large topic is never refused forever); older versions are recorded and throttled
+only. The throttle time is what the bucket owes, over the quota.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ log = logging.getLogger("kafkacompat.quotas")
 PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
+MUTATION = "controller_mutation_rate"
 QUOTA_TYPES = (PRODUCE, FETCH, REQUEST)
 DEFAULT = object()            # the <default> entity name
 REFRESH_SECONDS = 1.0         # how often the stored quotas are re-read (other brokers may change them)
@@ -160,6 +169,70 @@ class QuotaType:
             del self.sensors[tags]
 
 
+@dataclass(slots=True)
+class TokenBucket:
+    """Kafka's TokenBucket stat: ``tokens`` refill at ``rate`` per second up to ``burst``; a
+    recording takes tokens and may leave the bucket owing (negative)."""
+
+    rate: float
+    burst: float
+    tokens: float
+    updated: float
+    last_used: float = 0.0
+
+    def refill(self, now: float) -> None:
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+
+    def take(self, value: float, now: float) -> None:
+        self.refill(now)
+        self.last_used = now
+        self.tokens -= value
+
+    def throttle_ms(self, now: float) -> int:
+        self.refill(now)
+        return 0 if self.tokens >= 0 else round(-self.tokens / self.rate * 1000)
+
+
+class MutationQuotaType(QuotaType):
+    """``controller_mutation_rate``: one TokenBucket per resolved client (ControllerMutationQuotaManager)."""
+
+    def bucket(self, user: str, client_id: str, now: float) -> TokenBucket | None:
+        resolved = self.resolve(user, client_id)
+        if resolved is None:
+            return None
+        tags, bound = resolved
+        burst = bound * self.samples * self.window
+        bucket = self.sensors.get(tags)
+        if bucket is None:
+            bucket = self.sensors[tags] = TokenBucket(bound, burst, burst, now, now)
+        elif bucket.rate != bound:   # the quota changed: refill at the new rate from here on
+            bucket.refill(now)
+            bucket.rate, bucket.burst, bucket.tokens = bound, burst, min(bucket.tokens, burst)
+        return bucket
+
+
+class MutationBudget:
+    """One admin request's view of its client's mutation quota: ``admit`` says whether a topic's
+    mutations may go ahead (recording them), ``throttle_ms`` what the request is throttled."""
+
+    def __init__(self, bucket: TokenBucket | None, strict: bool) -> None:
+        self.bucket = bucket
+        self.strict = strict
+
+    def admit(self, mutations: int) -> bool:
+        if self.bucket is None or mutations <= 0:
+            return True
+        now = trio.current_time()
+        if self.strict and self.bucket.throttle_ms(now) > 0:
+            return False
+        self.bucket.take(mutations, now)
+        return True
+
+    def throttle_ms(self) -> int:
+        return 0 if self.bucket is None else self.bucket.throttle_ms(trio.current_time())
+
+
 def _describe(key: tuple) -> str:
     user, client = key
     parts = []
@@ -208,11 +281,12 @@ class ClientQuotaManager:
         self.types = {key: QuotaType(key, samples, window, max_throttle_ms=round(window * 1000) if key == REQUEST
                                      else None) for key in QUOTA_TYPES}
         self.produce, self.fetch, self.request = (self.types[k] for k in QUOTA_TYPES)
+        self.mutation = self.types[MUTATION] = MutationQuotaType(MUTATION, samples, window)
         self.timer: RequestTimer | None = None   # installed while a request_percentage quota exists
         self._nudge = trio.Event()
 
     def apply(self, stored: dict[QuotaEntity, dict[str, float]]) -> None:
-        by_type: dict[str, dict[tuple, float]] = {key: {} for key in QUOTA_TYPES}
+        by_type: dict[str, dict[tuple, float]] = {key: {} for key in self.types}
         for entity, values in stored.items():
             entries = entity.entries
             if USER not in entries and CLIENT_ID not in entries:

@@ -16,6 +16,7 @@ from kafkacompat.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOper
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.faults import FaultInjector
 from kafkacompat.metrics import BrokerMetrics
+from kafkacompat.quotas import MutationBudget
 from kafkacompat.services import AcceptingTransactionVerifier
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
@@ -173,6 +174,22 @@ class RequestContext:
         if quotas is None:
             return 0
         return quotas.request.record(self.principal.name, self.client_id or "", seconds * 100, trio.current_time())
+
+    def mutation_budget(self, strict_since: int) -> MutationBudget:
+        """The client's controller_mutation_rate for this CreateTopics / CreatePartitions /
+        DeleteTopics: strict from ``strict_since`` on, else only recorded (KIP-599)."""
+        quotas = self.services.quotas
+        bucket = None if quotas is None else quotas.mutation.bucket(self.principal.name, self.client_id or "",
+                                                                    trio.current_time())
+        return MutationBudget(bucket, strict=self.version >= strict_since)
+
+    def throttle_for_mutations(self, budget: MutationBudget, response) -> None:
+        """The mutation quota's throttle time in the response, the connection muted for it."""
+        throttle_ms = budget.throttle_ms()
+        if throttle_ms > 0:
+            response.throttle_time_ms = max(response.throttle_time_ms, throttle_ms)
+            if self.connection is not None:
+                self.connection.throttle(throttle_ms)
 
     def unrecord_fetch_bytes(self, count: int) -> None:
         if self.services.quotas is not None:

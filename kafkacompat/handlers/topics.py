@@ -40,6 +40,9 @@ class TopicPlan:
     assignment: dict[int, list[int]] | None = None  # manual replica assignment, if any
 
 
+THROTTLED_MESSAGE = "The throttling quota has been exceeded."
+
+
 def _duplicates(names: Iterable[str | None]) -> set[str | None]:
     seen: set[str | None] = set()
     duplicates: set[str | None] = set()
@@ -201,6 +204,7 @@ async def handle_create_topics(request, ctx: RequestContext):
     except KafkaError as exc:
         unavailable = exc  # every topic gets it (REQUEST_TIMED_OUT while the store is unreachable)
     duplicates = _duplicates(topic.name for topic in request.topics)
+    budget = ctx.mutation_budget(strict_since=6)
     results = []
     for topic in request.topics:
         if topic.name in duplicates:
@@ -220,6 +224,8 @@ async def handle_create_topics(request, ctx: RequestContext):
                 raise unavailable
             plan = _plan_topic(ctx, topic)
             topic_id = None
+            if not validate_only and not budget.admit(plan.partitions):
+                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
             if not validate_only:
                 created = await ctx.admin.create_topic(
                     topic.name, plan.partitions, plan.replication_factor, plan.configs, plan.assignment,
@@ -232,7 +238,9 @@ async def handle_create_topics(request, ctx: RequestContext):
         results.append(_created_result(ctx, topic_cls, topic.name, topic_id, plan))
     for name in duplicates:
         results.append(_error_result(topic_cls, name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."))
-    return response_for(CREATE_TOPICS, ctx, throttle_time_ms=0, topics=results)
+    response = response_for(CREATE_TOPICS, ctx, throttle_time_ms=0, topics=results)
+    ctx.throttle_for_mutations(budget, response)
+    return response
 
 
 # ---- DeleteTopics ------------------------------------------------------------------------------
@@ -326,7 +334,12 @@ async def handle_delete_topics(request, ctx: RequestContext):
     to_delete, results = _resolve_for_deletion(ctx, targets, result_cls)
     if ctx.services.authorizer is not None:
         to_delete, results = _authorized_deletions(ctx, targets, to_delete, results, result_cls)
+    budget = ctx.mutation_budget(strict_since=5)
     for topic in to_delete:
+        if not budget.admit(topic.partitions):
+            results.append(_delete_result(result_cls, topic.name, topic.topic_id,
+                                          ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE))
+            continue
         try:
             await ctx.admin.delete_topic(topic, timeout_ms=request.timeout_ms)
         except KafkaError as exc:
@@ -334,7 +347,9 @@ async def handle_delete_topics(request, ctx: RequestContext):
             results.append(_delete_result(result_cls, topic.name, topic.topic_id, exc.code, exc.message))
             continue
         results.append(_delete_result(result_cls, topic.name, topic.topic_id, ErrorCode.NONE))
-    return response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
+    response = response_for(DELETE_TOPICS, ctx, throttle_time_ms=0, responses=results)
+    ctx.throttle_for_mutations(budget, response)
+    return response
 
 
 # ---- CreatePartitions --------------------------------------------------------------------------
@@ -374,6 +389,7 @@ async def handle_create_partitions(request, ctx: RequestContext):
     duplicates = _duplicates(topic.name for topic in request.topics)
     results = [result_cls(name=name, error_code=ErrorCode.INVALID_REQUEST, error_message="Duplicate topic name.")
                for name in duplicates]
+    budget = ctx.mutation_budget(strict_since=3)
     for request_topic in request.topics:
         if request_topic.name in duplicates:
             continue
@@ -383,6 +399,8 @@ async def handle_create_partitions(request, ctx: RequestContext):
             continue
         try:
             topic = _check_partition_increase(ctx, request_topic)
+            if not request.validate_only and not budget.admit(request_topic.count - topic.partitions):
+                raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
             if not request.validate_only:
                 assignment = ([list(a.broker_ids) for a in request_topic.assignments]
                               if request_topic.assignments is not None else None)
@@ -392,4 +410,6 @@ async def handle_create_partitions(request, ctx: RequestContext):
             results.append(result_cls(name=request_topic.name, error_code=exc.code, error_message=message))
             continue
         results.append(result_cls(name=request_topic.name, error_code=ErrorCode.NONE, error_message=None))
-    return response_for(CREATE_PARTITIONS, ctx, throttle_time_ms=0, results=results)
+    response = response_for(CREATE_PARTITIONS, ctx, throttle_time_ms=0, results=results)
+    ctx.throttle_for_mutations(budget, response)
+    return response

@@ -62,8 +62,13 @@ def test_kafka_broker_injects_faults(kafka_broker):
 
 
 def _partition(cluster, topic: str) -> dict:
+    """Partition 0 as a broker's console shows it; until that broker's metadata has the new topic
+    (it answers 404 for a moment after CreateTopics returns), no leader and no ISR."""
     any_url = next(iter(cluster.http_urls.values()))
-    return http_request("GET", f"{any_url}/v1/topics/{topic}").json()["partition_details"][0]
+    answer = http_request("GET", f"{any_url}/v1/topics/{topic}")
+    if answer.status == 404:
+        return {"leader": -1, "isr": []}
+    return answer.json()["partition_details"][0]
 
 
 def _wait_for(condition, what: str, timeout: float = 60) -> None:

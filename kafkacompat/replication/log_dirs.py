@@ -30,17 +30,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("kafkacompat.replication")
 
 TopicPartition = tuple[str, int]
-IDLE_POLL_S = 0.05  # a caught-up mover waits this long (or for an append) before looking again
+IDLE_POLL_S = 0.05
+THROTTLE_RECHECK_S = 0.2  # a caught-up mover waits this long (or for an append) before looking again
 
 
 class LogDirMoves:
     """The moves in progress (one task per partition, in the ReplicaManager's nursery)."""
 
     def __init__(self, logs: "LogManager", partitions: "dict[TopicPartition, Partition]",
-                 fetch_max_bytes: int, on_moved: Callable[[TopicPartition], None] | None = None) -> None:
+                 fetch_max_bytes: Callable[[], int], max_bytes_per_second: Callable[[], int],
+                 on_moved: Callable[[TopicPartition], None] | None = None) -> None:
+        """``fetch_max_bytes``: bytes copied per step (replica.fetch.max.bytes);
+        ``max_bytes_per_second``: the throttle (replica.alter.log.dirs.io.max.bytes.per.second),
+        read again while a move waits, so a change applies at once."""
         self.logs = logs
         self.partitions = partitions
         self.fetch_max_bytes = fetch_max_bytes
+        self.max_bytes_per_second = max_bytes_per_second
         self.on_moved = on_moved
         self._nursery: trio.Nursery | None = None
         self._moving: dict[TopicPartition, trio.CancelScope | None] = {}  # None: waiting for start()
@@ -104,7 +110,7 @@ class LogDirMoves:
                 self._swap(partition, key)
                 return
             try:
-                read = current.read(future.log_end_offset, self.fetch_max_bytes, min_one_batch=True)
+                read = current.read(future.log_end_offset, self.fetch_max_bytes(), min_one_batch=True)
             except KafkaError as error:
                 if error.code != ErrorCode.OFFSET_OUT_OF_RANGE:
                     raise
@@ -125,7 +131,18 @@ class LogDirMoves:
                 continue
             future.append(view, headers, assign_offsets=False)
             last_copied = (headers[-1].base_offset, headers[-1].crc)
-            await trio.sleep(0)
+            await self._throttle(len(view))
+
+    async def _throttle(self, copied: int) -> None:
+        """Wait until ``copied`` bytes fit the throttle (Kafka's quota on the alter-log-dirs
+        thread); a raised (or removed) limit ends the wait at its next look."""
+        started = trio.current_time()
+        while True:
+            remaining = started + copied / self.max_bytes_per_second() - trio.current_time()
+            if remaining <= 0:
+                await trio.sleep(0)
+                return
+            await trio.sleep(min(remaining, THROTTLE_RECHECK_S))
 
     def _swap(self, partition: "Partition", key: TopicPartition) -> None:
         old_dir = partition.log.dir.parent

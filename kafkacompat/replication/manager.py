@@ -50,7 +50,8 @@ class ReplicaManager:
         self.isr_client = isr_client
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers = ReplicaFetcherManager(self)
-        self.moves = log_dirs.LogDirMoves(logs, self.partitions, config.replica_fetch_max_bytes)
+        self.moves = log_dirs.LogDirMoves(logs, self.partitions, lambda: self.config.replica_fetch_max_bytes,
+                                          lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second)
         logs.failure_listeners.append(self._on_log_dir_failure)
         self._listeners: list[LeadershipListener] = []
         self._marker_listeners: list[TransactionMarkerListener] = []

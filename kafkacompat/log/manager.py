@@ -342,13 +342,8 @@ class LogManager:
 
     def _remove_log_dir(self, log: PartitionLog) -> None:
         log.close(snapshot=False)
-        directory = log.dir
-        if not directory.exists():
-            return
-        doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
-        os.rename(directory, doomed)
-        fsync_directory(directory.parent)
-        shutil.rmtree(doomed, ignore_errors=True)
+        if log.dir.exists():
+            self._remove_stray(log.dir)
 
     def _managed(self, log: PartitionLog) -> PartitionLog:
         log.on_flush_due = self._queue_flush
@@ -372,6 +367,7 @@ class LogManager:
 
     @staticmethod
     def _remove_stray(directory: Path) -> None:
+        """Rename to ``<name>.<uuid>-delete`` (a crash leaves it for the next start), then remove."""
         doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
         os.rename(directory, doomed)
         fsync_directory(directory.parent)

@@ -74,8 +74,8 @@ class Broker:
         self.data_dir = Path(config.data_dir)
         self.port = config.port
         self.clustered = store is not None or bool(config.zookeeper_connect)
-        self.identity = BrokerIdentity(self.node_id, self.data_dir, clustered=self.clustered)
-        self.logs = LogManager(self.data_dir, producer_id_expiration_ms=config.producer_id_expiration_ms)
+        self.identity = BrokerIdentity(self.node_id, self.data_dir, clustered=self.clustered, log_dirs=config.data_dirs)
+        self.logs = LogManager(config.data_dirs, producer_id_expiration_ms=config.producer_id_expiration_ms)
         self.cluster: "ClusterMember | None" = None
         if self.clustered:
             self.store: "MetadataStore | None" = store if store is not None else _zookeeper_store(config)

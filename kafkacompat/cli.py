@@ -130,13 +130,17 @@ def run_serve(args: argparse.Namespace) -> None:
     http = http_settings(args)
     from kafkacompat.broker import run_broker  # imported here: it pulls in trio and the whole broker
     from kafkacompat.controller.store import StoreError
+    from kafkacompat.log.manager import AllLogDirsFailed
 
     try:
         run_broker(config, http)
     except BaseException as exc:  # noqa: BLE001 - looking for our errors inside exception groups
         store_error = _find_exception(exc, StoreError)
         startup_error = _find_exception(exc, StartupError)
-        if store_error is not None:
+        dirs_failed = _find_exception(exc, AllLogDirsFailed)
+        if dirs_failed is not None:
+            print(f"kafkacompat: stopped: {dirs_failed}", file=sys.stderr)
+        elif store_error is not None:
             print(f"kafkacompat: metadata store error: {store_error}", file=sys.stderr)
         elif startup_error is not None:
             print(f"kafkacompat: cannot start: {startup_error}", file=sys.stderr)

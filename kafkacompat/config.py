@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -582,6 +583,9 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             applied=False),
     _broker("replica.fetch.max.bytes", _INT, "1048576", MEDIUM, "Bytes per partition a follower tries to fetch.",
             at_least(0)),
+    _broker("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, LONG_MAX, MEDIUM,
+            "Bytes per second copied by moves between this broker's log directories (AlterReplicaLogDirs).",
+            at_least(1), dynamic=True),
     _broker("replica.fetch.wait.max.ms", _INT, "500", MEDIUM, "Max wait of a follower fetch request."),
     _broker("replica.fetch.min.bytes", _INT, "1", HIGH, "Minimum bytes of a follower fetch response."),
     _broker("replica.fetch.backoff.ms", _INT, "1000", MEDIUM, "Sleep after a follower fetch error.", at_least(0)),
@@ -1180,7 +1184,8 @@ class BrokerConfig:
     Every broker key's parsed value is an attribute named after it (``num_partitions`` <-
     ``num.partitions``), derived from BROKER_CONFIGS; besides, ``host``/``port``/``listener_name``/
     ``security_protocol`` come from the served listener, ``advertised_host``/``advertised_port`` from
-    advertised.listeners, ``data_dir`` from log.dirs / log.dir, and ``broker_id`` is broker.id and
+    advertised.listeners, ``data_dirs`` from log.dirs / log.dir (``data_dir``: the first, which also
+    holds the broker's own files: meta.properties' cluster, the single node's topics), and ``broker_id`` is broker.id and
     node.id reconciled. ``values`` holds every broker key's effective value as a string (None for
     unset nullable keys) and ``sources`` whether it came from defaults ('DEFAULT_CONFIG') or from
     the file, --set or CLI flags ('STATIC_BROKER_CONFIG') -- what DescribeConfigs reports.
@@ -1199,6 +1204,7 @@ class BrokerConfig:
     advertised_host: str | None
     advertised_port: int | None
     data_dir: Path
+    data_dirs: list[Path]
     broker_id: int
     zookeeper_connect: str | None
     values: dict[str, str | None]
@@ -1283,7 +1289,8 @@ class BrokerConfig:
         self.advertised_host = first.advertised_host
         self.advertised_port = first.advertised_port
         self.listener_settings = _checked_listener_settings(listener_settings, served)
-        self.data_dir = _resolve_data_dir(typed)
+        self.data_dirs = _resolve_log_dirs(typed)
+        self.data_dir = self.data_dirs[0]
         self.broker_id = broker_id
         self.zookeeper_connect = typed["zookeeper.connect"] or None
         self.values = values
@@ -1618,18 +1625,20 @@ def _checked_listener_settings(settings: Mapping[str, str], served: Sequence[Ser
     return checked
 
 
-def _resolve_data_dir(typed: Mapping[str, Any]) -> Path:
+def _resolve_log_dirs(typed: Mapping[str, Any]) -> list[Path]:
+    """log.dirs (comma-separated), else log.dir; as Kafka, the same directory twice is refused."""
     key = "log.dirs" if typed["log.dirs"] is not None else "log.dir"
-    directories = [d for d in parse_value(key, _LIST, typed[key]) if d]
+    directories = [d.strip() for d in parse_value(key, _LIST, typed[key]) if d.strip()]
     if not directories:
         raise ConfigError.invalid(key, typed[key], "at least one log directory is required")
-    if len(directories) > 1:
-        logger.warning(
-            "kafkacompat supports a single log directory: using %s, ignoring %s",
-            directories[0],
-            ", ".join(directories[1:]),
-        )
-    return Path(directories[0])
+    seen: dict[str, str] = {}
+    for directory in directories:
+        canonical = os.path.realpath(directory)
+        if canonical in seen:
+            raise ConfigError.invalid(key, typed[key], f"duplicate log directory: {seen[canonical]} and "
+                                                       f"{directory} are the same directory")
+        seen[canonical] = directory
+    return [Path(directory) for directory in directories]
 
 
 def _check_consumer_group_timeouts(typed: Mapping[str, Any]) -> None:

@@ -409,12 +409,18 @@ def test_parse_listeners_round_trip() -> None:
 # -- log dirs -----------------------------------------------------------------------------------
 
 
-def test_log_dirs_wins_over_log_dir_and_only_the_first_is_used(caplog: pytest.LogCaptureFixture) -> None:
-    assert BrokerConfig.load(overrides={"log.dir": "/one"}).data_dir == Path("/one")
-    with caplog.at_level(logging.WARNING, logger="kafkacompat.config"):
-        config = BrokerConfig.load(overrides={"log.dir": "/one", "log.dirs": "/two, /three"})
-    assert config.data_dir == Path("/two")
-    assert "/three" in caplog.text
+def test_log_dirs_wins_over_log_dir_and_every_dir_is_used() -> None:
+    assert BrokerConfig.load(overrides={"log.dir": "/one"}).data_dirs == [Path("/one")]
+    config = BrokerConfig.load(overrides={"log.dir": "/one", "log.dirs": "/two, /three"})
+    assert config.data_dirs == [Path("/two"), Path("/three")]
+    assert config.data_dir == Path("/two")  # the broker's own files (meta.properties' cluster, topics)
+
+
+def test_the_same_log_dir_twice_is_a_config_error(tmp_path) -> None:
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ConfigError, match="duplicate log directory"):
+        BrokerConfig.load(overrides={"log.dirs": f"{tmp_path / 'real'},{tmp_path / 'link'}"})
 
 
 def test_empty_log_dirs_is_a_config_error() -> None:

@@ -1,25 +1,18 @@
-"""ElectLeaders (preferred or unclean leader election, KIP-460) and DescribeLogDirs.
+"""ElectLeaders (preferred or unclean leader election, KIP-460).
 
 ElectLeaders goes through the controller's compare-and-set on the partition states (any broker
 can take it, as Kafka forwards it to the controller). On a single node the only replica always
 leads, so every election is ELECTION_NOT_NEEDED. A null partition list means every partition;
 then, as Kafka, partitions that needed no election are left out of the answer.
-
-DescribeLogDirs: this broker's one log directory with the size of every hosted partition's
-segments and its offset lag (log end offset - high watermark), plus the volume's total and usable
-bytes (v4).
 """
 
 from __future__ import annotations
-
-import os
 
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
-DESCRIBE_LOG_DIRS = 35
 ELECT_LEADERS = 43
 
 PREFERRED = 0
@@ -58,40 +51,3 @@ async def handle_elect_leaders(request, ctx: RequestContext):
         ELECT_LEADERS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE,
         replica_election_results=[result_cls(topic=t, partition_result=ps) for t, ps in by_topic.items()],
     )
-
-
-@handles(DESCRIBE_LOG_DIRS, 0, 4)
-async def handle_describe_log_dirs(request, ctx: RequestContext):
-    cls = response_class(DESCRIBE_LOG_DIRS)
-    result_cls = cls.DescribeLogDirsResult
-    topic_cls = result_cls.DescribeLogDirsTopic
-    partition_cls = topic_cls.DescribeLogDirsPartition
-    replicas = ctx.replicas
-    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
-        return response_for(DESCRIBE_LOG_DIRS, ctx, throttle_time_ms=0,
-                            error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
-    if request.topics is None:
-        wanted = sorted(replicas.partitions)
-    else:
-        wanted = [(entry.topic, int(p)) for entry in request.topics for p in entry.partitions]
-    by_topic: dict[str, list] = {}
-    for topic, index in wanted:
-        partition = replicas.partition(topic, index)
-        if partition is None:
-            continue  # Kafka leaves out partitions this broker does not host
-        lag = max(0, partition.log_end_offset - partition.high_watermark)
-        by_topic.setdefault(topic, []).append(partition_cls(
-            partition_index=index, partition_size=partition.log.size_bytes, offset_lag=lag, is_future_key=False,
-        ))
-    log_dir = str(ctx.services.log_dir.resolve())
-    try:
-        stat = os.statvfs(log_dir)
-        total, usable = stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
-    except OSError:
-        total = usable = -1
-    result = result_cls(
-        error_code=ErrorCode.NONE, log_dir=log_dir,
-        topics=[topic_cls(name=t, partitions=ps) for t, ps in sorted(by_topic.items())],
-        total_bytes=total, usable_bytes=usable,
-    )
-    return response_for(DESCRIBE_LOG_DIRS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, results=[result])

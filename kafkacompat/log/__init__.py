@@ -2,7 +2,7 @@
 
 Modules: ``config`` (LogConfig, Kafka topic config names), ``filecache`` (LRU of open files),
 ``index`` (.index/.timeindex), ``segment`` (one .log and its indexes), ``partition_log`` (one
-partition: roll, read, truncate, retention, recovery), ``manager`` (a data dir: loading,
+partition: roll, read, truncate, retention, recovery), ``manager`` (the log dirs: loading, moves, failures,
 checkpoints, flushing, clean shutdown), ``checkpoint`` (Kafka's offset checkpoint files and the
 directory fsync), ``cleaner`` (compaction: the log cleaner and its checkpoint) and ``swap`` (the
 cleaner's segment swap, and completing one a crash interrupted).

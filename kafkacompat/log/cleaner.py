@@ -567,9 +567,13 @@ class LogCleaner:
     """
 
     def __init__(self, data_dir: Path, logs: Callable[[], Iterable["PartitionLog"]],
-                 config: CleanerConfig | None = None) -> None:
+                 config: CleanerConfig | None = None, *,
+                 data_dirs: Callable[[], Iterable[Path]] | None = None) -> None:
+        """``data_dirs``: the (online) log directories, each with a cleaner-offset-checkpoint of
+        its own logs, as Kafka's; by default ``data_dir`` alone."""
         self.data_dir = Path(data_dir)
         self._logs = logs
+        self._data_dirs = data_dirs if data_dirs is not None else lambda: [self.data_dir]
         self.config = config if config is not None else CleanerConfig()
         self.checkpoints: dict[TopicPartition, int] = self._read_checkpoints()
         self.uncleanable: set[TopicPartition] = set()
@@ -578,20 +582,28 @@ class LogCleaner:
     @classmethod
     def for_manager(cls, manager: "LogManager", broker_config: BrokerConfig | None = None) -> "LogCleaner":
         config = CleanerConfig() if broker_config is None else CleanerConfig.from_broker_config(broker_config)
-        return cls(manager.data_dir, manager.all_logs, config)
+        return cls(manager.data_dir, manager.logs_to_clean, config,
+                   data_dirs=lambda: [log_dir.path for log_dir in manager.online_dirs()])
 
     def _read_checkpoints(self) -> dict[TopicPartition, int]:
-        try:
-            return read_checkpoint(self.data_dir / CLEANER_CHECKPOINT)
-        except (ValueError, OSError) as error:
-            logger.warning("Ignoring unreadable %s (logs will be cleaned from their start): %s",
-                           CLEANER_CHECKPOINT, error)
-            return {}
+        checkpoints: dict[TopicPartition, int] = {}
+        for data_dir in self._data_dirs():
+            try:
+                checkpoints.update(read_checkpoint(data_dir / CLEANER_CHECKPOINT))
+            except (ValueError, OSError) as error:
+                logger.warning("Ignoring unreadable %s (logs will be cleaned from their start): %s",
+                               data_dir / CLEANER_CHECKPOINT, error)
+        return checkpoints
 
     def _write_checkpoints(self) -> None:
-        current = {(log.topic, log.partition) for log in self._logs()}
-        self.checkpoints = {key: offset for key, offset in self.checkpoints.items() if key in current}
-        write_checkpoint(self.data_dir / CLEANER_CHECKPOINT, self.checkpoints)
+        dir_of = {(log.topic, log.partition): log.dir.parent for log in self._logs()}
+        self.checkpoints = {key: offset for key, offset in self.checkpoints.items() if key in dir_of}
+        if self._data_dirs() == [self.data_dir]:
+            write_checkpoint(self.data_dir / CLEANER_CHECKPOINT, self.checkpoints)
+            return
+        for data_dir in self._data_dirs():
+            write_checkpoint(data_dir / CLEANER_CHECKPOINT, {
+                key: offset for key, offset in self.checkpoints.items() if dir_of[key] == Path(data_dir)})
 
     # -- choosing ---------------------------------------------------------------------------
 

@@ -79,6 +79,10 @@ class UnexpectedAppendOffsetError(KafkaError):
         super().__init__(ErrorCode.UNKNOWN_SERVER_ERROR, message)
 
 
+def _ignore_io_error(log: "PartitionLog", reason: str, error: OSError) -> None:
+    return None
+
+
 class PartitionLog:
     """Segments ``<base>.log/.index/.timeindex`` in ``<data_dir>/<topic>-<partition>``.
 
@@ -99,6 +103,9 @@ class PartitionLog:
         self._recovery_point = 0
         self.config = config  # after the recovery point: the setter derives the flush threshold
         self.on_flush_due: Callable[[PartitionLog], None] = PartitionLog.flush
+        # An append or read failed with an OSError (what, the error): a LogManager takes the
+        # log's directory offline (Kafka's LogDirFailureChannel); by default nothing more.
+        self.on_io_error: Callable[[PartitionLog, str, OSError], None] = _ignore_io_error
         # Set by a LogManager while a flush.messages fsync is queued: what an acknowledgement of
         # the appends before it waits for (an object with ``async wait()``, a trio.Event).
         self.pending_flush: Any = None
@@ -397,12 +404,13 @@ class PartitionLog:
         else:
             self._check_replica_offsets(headers)
         first_offset, last_offset = headers[0].base_offset, headers[-1].last_offset
-        segment = self._segment_for_append(len(records), first_offset, last_offset, headers, now)
         try:
+            segment = self._segment_for_append(len(records), first_offset, last_offset, headers, now)
             segment.append(records, headers)
         except OSError as error:
+            self.on_io_error(self, "appending to", error)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"could not write to {self.name} {segment.name}: {error}") from error
+                             f"could not write to {self.name} in {self.dir.parent}: {error}") from error
         self._log_end_offset = headers[-1].next_offset
         self._update_producer_state(records, headers, segment)
         if self._log_end_offset >= self._flush_at_offset:  # the only flush cost of an append
@@ -503,6 +511,14 @@ class PartitionLog:
         [log start offset, log end offset] raises OFFSET_OUT_OF_RANGE.
         """
         self._check_readable(offset)
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one_batch)
+        except OSError as error:
+            self.on_io_error(self, "reading", error)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"could not read {self.name} in {self.dir.parent}: {error}") from error
+
+    def _read(self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool) -> ReadResult:
         end_offset = self._log_end_offset if max_offset is None else min(max_offset, self._log_end_offset)
         result = ReadResult()
         take_first = min_one_batch

@@ -17,10 +17,12 @@ import trio
 
 from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id
 from kafkacompat.log import LogConfig, LogManager
+from kafkacompat.log.manager import AllLogDirsFailed
+from kafkacompat.replication import log_dirs
 from kafkacompat.replication.fetcher import ReplicaFetcherManager
 from kafkacompat.replication.partition import Partition
 from kafkacompat.replication.txn_markers import write_markers
-from kafkacompat.wire.errors import KafkaError
+from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.records import TxnMarker
 
 if TYPE_CHECKING:
@@ -48,6 +50,9 @@ class ReplicaManager:
         self.isr_client = isr_client
         self.partitions: dict[tuple[str, int], Partition] = {}
         self.fetchers = ReplicaFetcherManager(self)
+        self.moves = log_dirs.LogDirMoves(logs, self.partitions, lambda: self.config.replica_fetch_max_bytes,
+                                          lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second)
+        logs.failure_listeners.append(self._on_log_dir_failure)
         self._listeners: list[LeadershipListener] = []
         self._marker_listeners: list[TransactionMarkerListener] = []
         self._nursery: trio.Nursery | None = None
@@ -126,6 +131,7 @@ class ReplicaManager:
             min_insync_replicas=self._min_insync_replicas(topic),
         )
         self.partitions[(name, index)] = partition
+        self.moves.resume((name, index))  # a move a restart interrupted
         return partition
 
     def _min_insync_replicas(self, topic: TopicInfo | None) -> int:
@@ -155,6 +161,7 @@ class ReplicaManager:
 
     def drop_partitions(self, topic: TopicInfo) -> None:
         for index in range(topic.partitions):
+            self.moves.cancel((topic.name, index))
             partition = self.partitions.pop((topic.name, index), None)
             if partition is not None:
                 partition.wake_waiters()
@@ -203,6 +210,10 @@ class ReplicaManager:
         if partition.is_stale(state):
             log.debug("Ignoring stale state %s", state)
             return False
+        if partition.offline_dir is not None:
+            log.warning("%s-%d: ignoring %s: its log directory %s failed", state.topic, state.partition, state,
+                        partition.offline_dir)
+            return False
         if state.leader == self.node_id:
             self.fetchers.remove_partition(key)
             partition.become_leader(state)
@@ -218,6 +229,7 @@ class ReplicaManager:
         """This broker no longer hosts the partition (topic deleted or replica moved): stop
         serving it and delete its log."""
         self.fetchers.remove_partition((topic, index))
+        self.moves.cancel((topic, index))
         partition = self.partitions.pop((topic, index), None)
         if partition is not None:
             partition.stop_serving()
@@ -227,6 +239,35 @@ class ReplicaManager:
             except Exception:
                 log.exception("%s-%d: a leadership listener failed on its removal", topic, index)
         self.logs.delete_partition(topic, index)
+
+    # ---- log directories (JBOD) ---------------------------------------------------------------
+
+    def alter_replica_log_dir(self, topic: str, index: int, path: str) -> int:
+        """AlterReplicaLogDirs for one partition: start moving its replica to the log directory
+        ``path`` (replication/log_dirs.py). Returns Kafka's error code."""
+        info = self.topics.get(topic)
+        known = info is not None and 0 <= index < info.partitions
+
+        def write_metadata(future_log) -> None:
+            if info is not None:
+                _write_partition_metadata(future_log.dir, info.topic_id)
+
+        try:
+            return log_dirs.alter_replica_log_dir(self.moves, (topic, index), path, known, write_metadata=write_metadata)
+        except KafkaError as error:
+            log.warning("Cannot move the replica of %s-%d to log directory %s: %s", topic, index, path, error.message)
+            return error.code
+        except OSError as error:
+            log.error("Cannot create the future log of %s-%d in %s: %s", topic, index, path, error)
+            return ErrorCode.KAFKA_STORAGE_ERROR
+
+    def _on_log_dir_failure(self, log_dir, current: list[tuple[str, int]], futures: list[tuple[str, int]]) -> None:
+        log_dirs.dir_failed(self.moves, log_dir, current, futures, self.fetchers.remove_partition)
+
+    async def _stop_when_every_log_dir_failed(self) -> None:
+        await self.logs.all_failed.wait()
+        raise AllLogDirsFailed("every log directory has failed: " + "; ".join(
+            f"{log_dir}: {log_dir.error}" for log_dir in self.logs.log_dirs))
 
     # ---- transaction markers -------------------------------------------------------------------
 
@@ -312,11 +353,14 @@ class ReplicaManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 self.fetchers.start(nursery)
+                self.moves.start(nursery)
+                nursery.start_soon(self._stop_when_every_log_dir_failed)
                 nursery.start_soon(self._run_isr_checks)
                 nursery.start_soon(self._run_housekeeping)
                 task_status.started()
         finally:
             self._nursery = None
+            self.moves.stop()
 
     async def _run_housekeeping(self) -> None:
         config = self.config
@@ -329,6 +373,8 @@ class ReplicaManager:
             await trio.sleep(min(interval, checkpoint_interval, producer_expiry_interval))
             now_ms = int(time.time() * 1000)
             for partition in list(self.partitions.values()):
+                if partition.offline_dir is not None:
+                    continue
                 try:
                     removed = partition.log.apply_retention(now_ms)
                 except OSError:
@@ -350,6 +396,8 @@ class ReplicaManager:
         """Forget idempotent producers idle longer than producer.id.expiration.ms."""
         expiration_ms = self.config.producer_id_expiration_ms
         for partition in list(self.partitions.values()):
+            if partition.offline_dir is not None:
+                continue
             removed = partition.log.producer_state.remove_expired(now_ms, expiration_ms)
             if removed:
                 log.info("Expired %d idle producer id(s) of %s (producer.id.expiration.ms=%d)",

@@ -86,6 +86,7 @@ class Partition:
         self.high_watermark = log.log_end_offset
         self.epochs = self._load_epoch_cache()
         self._waiters: set[trio.Event] = set()
+        self.offline_dir: str | None = None  # its log directory failed (Kafka's HostedPartition.Offline)
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -202,7 +203,30 @@ class Partition:
         self.followers = {}
         self.wake_waiters()
 
+    def go_offline(self, log_dir: str) -> None:
+        """Its log directory failed: every request answers KAFKA_STORAGE_ERROR from now on."""
+        self.offline_dir = log_dir
+        self.followers = {}
+        self.wake_waiters()
+
+    def replace_log(self, new_log: "PartitionLog") -> None:
+        """A move to another log directory is done: serve ``new_log`` (the same records), its
+        leader epoch cache a copy of the current one."""
+        entries = self.epochs.entries()
+        self.log = new_log
+        self.epochs = LeaderEpochCache(new_log.dir, repr(self))
+        for epoch, start_offset in entries:
+            self.epochs.assign(epoch, start_offset, flush=False)
+        self.epochs.flush()
+        self.wake_waiters()
+
+    def check_online(self) -> None:
+        if self.offline_dir is not None:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"{self} is offline: its log directory {self.offline_dir} failed")
+
     def check_leader(self) -> None:
+        self.check_online()
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
                              f"this broker is not the leader of {self} (leader {self.leader_id})")
@@ -340,6 +364,8 @@ class Partition:
     def replication_status(self, required_offset: int, leader_epoch: int) -> int | None:
         """For an acks=all write ending before ``required_offset`` at ``leader_epoch``: None while
         waiting, else the error code to answer (0 when the high watermark covers it)."""
+        if self.offline_dir is not None:
+            return ErrorCode.KAFKA_STORAGE_ERROR
         if not self.is_leader or self.leader_epoch != leader_epoch:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if self.high_watermark >= required_offset:

@@ -56,8 +56,10 @@ class BrokerProcess:
 
     def __init__(self, data_dir: Path, *, port: int | None = None, broker_id: int = 0,
                  extra_args: list[str] | None = None, log_path: Path | None = None, host: str = "127.0.0.1",
-                 command_prefix: list[str] | None = None) -> None:
+                 command_prefix: list[str] | None = None, more_log_dirs: list[Path] | None = None) -> None:
+        """``more_log_dirs``: log directories after ``data_dir`` (log.dirs, JBOD)."""
         self.data_dir = Path(data_dir)
+        self.log_dirs = [self.data_dir, *(Path(d) for d in more_log_dirs or [])]
         self.host = host
         self.command_prefix = list(command_prefix or [])
         self.port = port or free_port()
@@ -78,7 +80,7 @@ class BrokerProcess:
         cmd = [
             *self.command_prefix,
             sys.executable, "-m", "kafkacompat", "serve", "--host", self.host, "--port", str(self.port),
-            "--data-dir", str(self.data_dir), "--broker-id", str(self.broker_id), *self.extra_args,
+            "--data-dir", ",".join(map(str, self.log_dirs)), "--broker-id", str(self.broker_id), *self.extra_args,
         ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)

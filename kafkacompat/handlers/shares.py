@@ -228,7 +228,8 @@ async def handle_share_fetch(request, ctx: RequestContext):
         return _top_level_error(SHARE_FETCH, ctx, ErrorCode.INVALID_REQUEST,
                                 "Acknowledge type RENEW needs ShareFetch v2.")
     # Only partitions that exist join the session (a request cannot grow it with made-up ids).
-    known = [key for key, _ in requested if _partition_error(ctx, key) == ErrorCode.NONE]
+    errors = {key: _partition_error(ctx, key) for key, _ in requested}
+    known = [key for key, error in errors.items() if error == ErrorCode.NONE]
     sessions = shares(ctx).partitions.sessions
     try:
         if epoch == INITIAL_EPOCH:
@@ -250,8 +251,7 @@ async def handle_share_fetch(request, ctx: RequestContext):
     except KafkaError as exc:
         return _top_level_error(SHARE_FETCH, ctx, exc.code, exc.message)
     results = _Results(ctx, SHARE_FETCH)
-    for key, _ in requested:
-        error = _partition_error(ctx, key)
+    for key, error in errors.items():
         if error or epoch == INITIAL_EPOCH:
             results.get(key).error_code = error
     await _acknowledge_all(ctx, group_id, member_id, requested, results, error_field="acknowledge_error_code")

@@ -32,7 +32,9 @@ class Stores:
         else:
             from kafkacompat.controller.zookeeper import ZooKeeperStore
 
-            store = await ZooKeeperStore(self.connect, session_timeout_ms=2000).start()
+            # Short sessions, but the first connect may wait as long as a broker's would: on a busy
+            # machine ZooKeeper can take more than a session's timeout to answer a new session.
+            store = await ZooKeeperStore(self.connect, session_timeout_ms=2000, connection_timeout_ms=18000).start()
         self.opened.append(store)
         return store
 

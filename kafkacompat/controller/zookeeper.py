@@ -112,7 +112,7 @@ class ZooKeeperStore(MetadataStore):
     def _ensure_chroot(self, hosts: str, chroot: str) -> None:
         from kazoo.client import KazooClient
 
-        client = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000)
+        client = KazooClient(hosts=hosts, timeout=self.session_timeout_ms / 1000, connection_retry=_reconnect_policy())
         client.start(timeout=self.connection_timeout_ms / 1000)
         try:
             client.ensure_path(chroot)

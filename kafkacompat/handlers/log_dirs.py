@@ -48,21 +48,36 @@ async def handle_describe_log_dirs(request, ctx: RequestContext):
     return response_for(DESCRIBE_LOG_DIRS, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, results=results)
 
 
-@handles(ALTER_REPLICA_LOG_DIRS, 1, 2)
-async def handle_alter_replica_log_dirs(request, ctx: RequestContext):
-    cls = response_class(ALTER_REPLICA_LOG_DIRS)
-    topic_cls = cls.AlterReplicaLogDirTopicResult
-    partition_cls = topic_cls.AlterReplicaLogDirPartitionResult
-    destinations: dict[tuple[str, int], str] = {}  # a partition named twice: the last directory wins, as Kafka
+def _destinations(request) -> dict[tuple[str, int], str]:
+    """Each named partition's destination directory; a partition named twice: the last one wins, as Kafka."""
+    destinations: dict[tuple[str, int], str] = {}
     for directory in request.dirs:
         for topic in directory.topics:
             for index in topic.partitions:
                 destinations[(topic.name, int(index))] = directory.path
-    authorized = ctx.authorize_cluster(AclOperation.ALTER)
+    return destinations
+
+
+def _alter_response(codes: dict[tuple[str, int], int]):
+    cls = response_class(ALTER_REPLICA_LOG_DIRS)
+    topic_cls = cls.AlterReplicaLogDirTopicResult
+    partition_cls = topic_cls.AlterReplicaLogDirPartitionResult
     by_topic: dict[str, list] = {}
-    for (topic, index), path in destinations.items():
-        code = (ctx.replicas.alter_replica_log_dir(topic, index, path) if authorized
-                else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    for (topic, index), code in codes.items():
         by_topic.setdefault(topic, []).append(partition_cls(partition_index=index, error_code=code))
-    return response_for(ALTER_REPLICA_LOG_DIRS, ctx, throttle_time_ms=0,
-                        results=[topic_cls(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+    return cls(throttle_time_ms=0, results=[topic_cls(topic_name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def _alter_error_response(request, code: int):
+    """An injected fault's answer (faults.py): ``code`` for every named partition, nothing moved."""
+    return _alter_response({key: code for key in _destinations(request)})
+
+
+@handles(ALTER_REPLICA_LOG_DIRS, 1, 2, error_response=_alter_error_response)
+async def handle_alter_replica_log_dirs(request, ctx: RequestContext):
+    authorized = ctx.authorize_cluster(AclOperation.ALTER)
+    return _alter_response({
+        (topic, index): (ctx.replicas.alter_replica_log_dir(topic, index, path) if authorized
+                         else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+        for (topic, index), path in _destinations(request).items()
+    })

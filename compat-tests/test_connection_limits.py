@@ -15,9 +15,13 @@ import time
 import pytest
 
 pytest.register_assert_rewrite("clients")
-from clients import Msg, RawConnection, assert_client_works, confluent_send, fetch_request, frame, request_header  # noqa: E402
+from clients import (  # noqa: E402
+    Msg, RawConnection, assert_client_works, confluent_send, fetch_request, frame, request_class, request_header,
+    response_class,
+)
 
 JOIN_GROUP = 11
+ALTER_CLIENT_QUOTAS = 49
 
 
 def api_versions(conn: RawConnection) -> int:
@@ -162,3 +166,87 @@ def test_running_out_of_descriptors_is_waited_out(broker_factory, topic_name):
     assert_client_works(broker.bootstrap, topic_name)
     assert broker.output().count("Cannot accept new connections") == 1  # once for the burst
     assert broker.output().count("Accepting connections again") == 1
+
+
+def burst(broker, count: int, source: str = "127.0.0.1") -> tuple[int, int, float]:
+    """Open ``count`` connections from ``source`` at once (the kernel's backlog takes them before
+    the broker accepts any), then send an ApiVersions on each: (answered, closed unanswered, the
+    seconds until the last answer)."""
+    from kafka.protocol.metadata import ApiVersionsRequest
+
+    body = bytes(ApiVersionsRequest(client_software_name="t", client_software_version="1").encode(version=3))
+    request = frame(request_header(18, 3, 7, flexible=True) + body)
+    started = time.monotonic()
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            socks.append(sock)
+            sock.settimeout(30)
+            sock.bind((source, 0))
+            sock.connect(("127.0.0.1", broker.port))
+        answered = refused = 0
+        for sock in socks:
+            try:
+                sock.sendall(request)
+                answered += bool(sock.recv(4))  # a refused connection is closed unanswered: EOF or reset
+            except (ConnectionResetError, BrokenPipeError):
+                pass
+        return answered, count - answered, time.monotonic() - started
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def until(condition, what: str, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_an_address_over_its_connection_creation_rate_has_its_connections_refused(broker_factory):
+    """KIP-612: connection_creation_rate on an ip entity (AlterClientQuotas) refuses an address's
+    connections beyond the rate (closed unanswered, after the throttle time); other addresses are
+    not limited; a specific address's quota wins over the default ip's; removed, it no longer applies."""
+    from test_admin_acls_quotas import alter_quotas
+
+    broker = broker_factory("--set", "quota.window.num=2", "--set", "quota.window.size.seconds=1")
+    key = "connection_creation_rate"
+    # the default ip at 5/s, this test's own address (127.0.0.1) exempted with a high quota of its own
+    assert alter_quotas(broker, [([("ip", None)], [(key, 5.0)]), ([("ip", "127.0.0.1")], [(key, 10_000.0)])]) == {
+        frozenset({("ip", None)}): (0, None), frozenset({("ip", "127.0.0.1")}): (0, None)}
+
+    def refusing_burst():
+        result = burst(broker, 40, "127.0.0.2")
+        return result if result[1] else None
+
+    answered, refused, _ = until(refusing_burst, "no connection of 127.0.0.2 was ever refused")
+    assert 1 <= answered <= 20 and refused >= 20, (answered, refused)
+    assert burst(broker, 40, "127.0.0.1")[:2] == (40, 0)
+    broker.wait_for_output("over its connection_creation_rate quota", timeout=10)
+
+    with RawConnection(broker.bootstrap) as conn:  # opened from 127.0.0.1, before the next change
+        cls = request_class(ALTER_CLIENT_QUOTAS)
+        entry = cls.EntryData
+        response = conn.call(cls(entries=[entry(entity=[entry.EntityData(entity_type="ip", entity_name=None)],
+                                                ops=[entry.OpData(key=key, value=0.0, remove=True)])],
+                                 validate_only=False), response_class(ALTER_CLIENT_QUOTAS), 1)
+        assert [e.error_code for e in response.entries] == [0]
+    until(lambda: burst(broker, 40, "127.0.0.2")[:2] == (40, 0), "the removed quota still refuses connections")
+
+
+@pytest.mark.parametrize("setting", ["max.connection.creation.rate", "listener.name.plaintext.max.connection.creation.rate"])
+def test_max_connection_creation_rate_makes_new_connections_wait(broker_factory, setting):
+    """Over the broker's (or the listener's) max.connection.creation.rate the acceptor waits, as
+    Kafka's: every connection of a burst is served, the burst just takes about count / rate."""
+    broker = broker_factory("--set", f"{setting}=5", "--set", "quota.window.num=2",
+                            "--set", "quota.window.size.seconds=1")
+    time.sleep(2.2)  # the start-up's own connections out of the rate's windows
+    answered, refused, elapsed = burst(broker, 30)
+    assert (answered, refused) == (30, 0)
+    assert elapsed >= 2.0, f"30 connections at 5/s were all served within {elapsed:.2f} s"
+    broker.wait_for_output("faster than max.connection.creation.rate", timeout=10)

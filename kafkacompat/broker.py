@@ -296,7 +296,8 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             accepting = trio.Event()
             for security in securities:
                 listener = security.listener
-                bound = await nursery.start(partial(serve_listener, accepting=accepting, security=security), broker,
+                bound = await nursery.start(partial(serve_listener, accepting=accepting, security=security,
+                                                    rates=broker.quotas.connections), broker,
                                             listener.host, listener.port)
                 broker.bound_ports[listener.name] = bound
             port = broker.bound_ports[broker.config.served_listeners[0].name]

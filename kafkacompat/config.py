@@ -453,6 +453,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             dynamic=True),
     _broker("max.connections.per.ip", _INT, INT_MAX, MEDIUM, "Max connections allowed from each IP address.",
             at_least(0), dynamic=True),
+    _broker("max.connection.creation.rate", _INT, INT_MAX, MEDIUM,
+            "New connections accepted per second, broker-wide (the inter-broker listener is exempt when there are "
+            "others) or, with the listener.name.<listener>. prefix, on one listener; beyond it the acceptor waits.",
+            at_least(0), dynamic=True),
     _broker("connections.max.idle.ms", _LONG, "600000", MEDIUM, "Idle connections are closed after this many ms."),
     _broker("queued.max.requests", _INT, "500", HIGH,
             "Queued requests allowed per connection before reading blocks.", at_least(1), applied=False),

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
-from kafkacompat.controller.client_quotas import CLIENT_ID, USER, QuotaEntity
+from kafkacompat.controller.client_quotas import CLIENT_ID, IP, USER, QuotaEntity
 from kafkacompat.controller.store import StoreError
 
 if TYPE_CHECKING:
@@ -61,6 +61,7 @@ PRODUCE = "producer_byte_rate"
 FETCH = "consumer_byte_rate"
 REQUEST = "request_percentage"
 MUTATION = "controller_mutation_rate"
+CONNECTION_CREATION = "connection_creation_rate"
 QUOTA_TYPES = (PRODUCE, FETCH, REQUEST)
 DEFAULT = object()            # the <default> entity name
 REFRESH_SECONDS = 1.0         # how often the stored quotas are re-read (other brokers may change them)
@@ -105,6 +106,15 @@ class Rate:
 
     def measure(self, now: float) -> float:
         return sum(self.values) / self.span(now)
+
+
+def rate_throttle_ms(rate: Rate, bound: float, now: float, max_throttle_ms: int | None = None) -> int:
+    """QuotaUtils.throttleTime: how long to wait for the rate to come back to ``bound`` (0 within it)."""
+    observed = rate.measure(now)
+    if observed <= bound:
+        return 0
+    throttle_ms = round((observed - bound) / bound * rate.span(now) * 1000)
+    return throttle_ms if max_throttle_ms is None else min(throttle_ms, max_throttle_ms)
 
 
 def _name(entries: dict, kind: str):
@@ -153,11 +163,7 @@ class QuotaType:
         if rate is None:
             rate = self.sensors[tags] = Rate(self.samples, self.window)
         rate.record(value, now)
-        observed = rate.measure(now)
-        if observed <= bound:
-            return 0
-        throttle_ms = round((observed - bound) / bound * rate.span(now) * 1000)
-        return throttle_ms if self.max_throttle_ms is None else min(throttle_ms, self.max_throttle_ms)
+        return rate_throttle_ms(rate, bound, now, self.max_throttle_ms)
 
     def unrecord(self, user: str, client_id: str, value: float, now: float) -> None:
         resolved = self.resolve(user, client_id)
@@ -233,6 +239,71 @@ class MutationBudget:
         return 0 if self.bucket is None else self.bucket.throttle_ms(trio.current_time())
 
 
+class ConnectionRateQuotas:
+    """Kafka's connection creation rates (KIP-612, ConnectionQuotas): ``max.connection.creation.rate``
+    for the broker (the inter-broker listener is exempt when there are others) and per listener
+    (``listener.name.<listener>.max.connection.creation.rate``) delay the acceptor, so new clients
+    wait in the listen backlog; ``connection_creation_rate`` per client address (AlterClientQuotas
+    on an ``ip`` entity or the default ip) refuses a connection over it, which is closed after the
+    throttle time so that the client does not reconnect at once. A refused connection is not
+    counted in any rate. Delays are at most one quota window, as Kafka's."""
+
+    def __init__(self, samples: int, window: float) -> None:
+        self.samples, self.window = samples, window
+        self.max_throttle_ms = round(window * 1000)
+        self.broker = Rate(samples, window)
+        self.listeners: dict[str, Rate] = {}
+        self.ip_quotas: dict[object, float] = {}   # address or DEFAULT -> connections per second
+        self.ip_sensors: dict[str, Rate] = {}
+
+    def set_ip_quotas(self, quotas: dict[object, float]) -> None:
+        if quotas != self.ip_quotas:
+            log.info("connection_creation_rate quotas now: %s",
+                     {("<default>" if ip is DEFAULT else ip): v for ip, v in quotas.items()} or "none")
+            for ip in [ip for ip in self.ip_sensors if self._ip_quota(ip, quotas) is None]:
+                del self.ip_sensors[ip]
+        self.ip_quotas = quotas
+
+    @staticmethod
+    def _ip_quota(ip: str, quotas: dict[object, float]) -> float | None:
+        return quotas.get(ip, quotas.get(DEFAULT))
+
+    def accept_delay_ms(self, listener: str, listener_bound: float, broker_bound: float, exempt: bool,
+                        now: float) -> int:
+        """Record a new connection on ``listener``; the time the acceptor waits before taking it."""
+        delay = 0
+        if not exempt:
+            self.broker.record(1.0, now)
+            delay = rate_throttle_ms(self.broker, broker_bound, now, self.max_throttle_ms)
+        rate = self.listeners.get(listener)
+        if rate is None:
+            rate = self.listeners[listener] = Rate(self.samples, self.window)
+        rate.record(1.0, now)
+        return max(delay, rate_throttle_ms(rate, listener_bound, now, self.max_throttle_ms))
+
+    def ip_throttle_ms(self, ip: str, listener: str, exempt: bool, now: float) -> int:
+        """Record a connection from ``ip``; over its quota, the throttle time, and the connection is
+        taken out of every rate again (it is refused)."""
+        bound = self._ip_quota(ip, self.ip_quotas)
+        if bound is None:
+            return 0
+        rate = self.ip_sensors.get(ip)
+        if rate is None:
+            rate = self.ip_sensors[ip] = Rate(self.samples, self.window)
+        rate.record(1.0, now)
+        throttle = rate_throttle_ms(rate, bound, now, self.max_throttle_ms)
+        if throttle:
+            rate.record(-1.0, now)
+            self.listeners[listener].record(-1.0, now)
+            if not exempt:
+                self.broker.record(-1.0, now)
+        return throttle
+
+    def expire_sensors(self, now: float) -> None:
+        for ip in [ip for ip, rate in self.ip_sensors.items() if now - rate.last_used > SENSOR_EXPIRY_SECONDS]:
+            del self.ip_sensors[ip]
+
+
 def _describe(key: tuple) -> str:
     user, client = key
     parts = []
@@ -282,21 +353,28 @@ class ClientQuotaManager:
                                      else None) for key in QUOTA_TYPES}
         self.produce, self.fetch, self.request = (self.types[k] for k in QUOTA_TYPES)
         self.mutation = self.types[MUTATION] = MutationQuotaType(MUTATION, samples, window)
+        self.connections = ConnectionRateQuotas(samples, window)
         self.timer: RequestTimer | None = None   # installed while a request_percentage quota exists
         self._nudge = trio.Event()
 
     def apply(self, stored: dict[QuotaEntity, dict[str, float]]) -> None:
         by_type: dict[str, dict[tuple, float]] = {key: {} for key in self.types}
+        ip_quotas: dict[object, float] = {}
         for entity, values in stored.items():
             entries = entity.entries
+            if IP in entries:
+                if CONNECTION_CREATION in values:
+                    ip_quotas[_name(entries, IP)] = values[CONNECTION_CREATION]
+                continue
             if USER not in entries and CLIENT_ID not in entries:
-                continue   # ip quotas (connection_creation_rate) are not byte or request quotas
+                continue
             key = (_name(entries, USER), _name(entries, CLIENT_ID))
             for quota_key, value in values.items():
                 if quota_key in by_type:
                     by_type[quota_key][key] = value
         for key, quotas in by_type.items():
             self.types[key].set_quotas(quotas)
+        self.connections.set_ip_quotas(ip_quotas)
         self._time_requests(bool(by_type[REQUEST]))
 
     def _time_requests(self, wanted: bool) -> None:
@@ -329,6 +407,7 @@ class ClientQuotaManager:
             now = trio.current_time()
             for quota_type in self.types.values():
                 quota_type.expire_sensors(now)
+            self.connections.expire_sensors(now)
             with trio.move_on_after(REFRESH_SECONDS):
                 await self._nudge.wait()
             self._nudge = trio.Event()

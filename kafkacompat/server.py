@@ -45,6 +45,7 @@ from kafkacompat.wire.frame import FrameDecoder, ProtocolViolation, api_name, pa
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.quotas import ConnectionRateQuotas
     from kafkacompat.security.listeners import ListenerSecurity
     from kafkacompat.wire.frame import RequestHeader
 
@@ -538,11 +539,68 @@ class ConnectionLimits:
                     connection.cancel_scope.cancel()
 
 
+class ConnectionRateGate:
+    """One listener's view of the connection creation rates (quotas.ConnectionRateQuotas)."""
+
+    def __init__(self, broker: "RequestDispatcher", rates: "ConnectionRateQuotas", listener: str) -> None:
+        self.config = broker.config
+        self.rates = rates
+        self.listener = listener
+        self.exempt = listener == self.config.inter_broker_listener.name and len(self.config.served_listeners) > 1
+        self._waits = 0
+        self._refusals = 0
+
+    def _listener_bound(self) -> float:
+        config = self.config
+        key = "max.connection.creation.rate"
+        return config.listener_value(self.listener, key) if config.set_for_listener(self.listener, key) \
+            else float("inf")
+
+    async def wait(self) -> None:
+        """Kafka's Acceptor waits out the broker's and the listener's connection creation rate."""
+        delay_ms = self.rates.accept_delay_ms(self.listener, self._listener_bound(),
+                                              self.config.max_connection_creation_rate, self.exempt,
+                                              trio.current_time())
+        if delay_ms:
+            self._waits += 1
+            if self._waits == 1 or self._waits % 1000 == 0:
+                log.warning("New connections on listener %s arrive faster than max.connection.creation.rate: "
+                            "each waits up to %d ms before it is accepted (%d waits so far)", self.listener,
+                            delay_ms, self._waits)
+            await trio.sleep(delay_ms / 1000)
+
+    def refused_for_ms(self, sock: trio.socket.SocketType) -> int:
+        """A connection from an address over its connection_creation_rate: how long to hold it
+        before closing it (0: it is accepted)."""
+        try:
+            host, port = sock.getpeername()[:2]
+        except OSError:
+            return 0
+        refused_ms = self.rates.ip_throttle_ms(host, self.listener, self.exempt, trio.current_time())
+        if refused_ms:
+            self._refusals += 1
+            if self._refusals == 1 or self._refusals % 1000 == 0:
+                log.info("Refused a connection from %s:%s on listener %s: its address is over its "
+                         "connection_creation_rate quota; closing it in %d ms (%d refused so far)",
+                         host, port, self.listener, refused_ms, self._refusals)
+        return refused_ms
+
+
+async def _close_after(sock: trio.socket.SocketType, seconds: float) -> None:
+    """Kafka closes a throttled connection only after its throttle time, so the client backs off."""
+    try:
+        await trio.sleep(seconds)
+    finally:
+        sock.close()
+
+
 async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, accepting: trio.Event | None = None,
-                         security: "ListenerSecurity | None" = None, task_status=trio.TASK_STATUS_IGNORED) -> None:
+                         security: "ListenerSecurity | None" = None, rates: "ConnectionRateQuotas | None" = None,
+                         task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Accept connections forever; each runs in its own task in this nursery. Started once the
     port is bound; with ``accepting``, nothing is accepted before it is set (clients that connect
-    meanwhile wait in the backlog), so no request can reach a broker that is not ready."""
+    meanwhile wait in the backlog), so no request can reach a broker that is not ready. With
+    ``rates``, Kafka's connection creation rates apply (ConnectionRateGate)."""
     listener = trio.socket.socket(
         stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET, stdlib_socket.SOCK_STREAM
     )
@@ -552,6 +610,8 @@ async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, a
     bound_port = listener.getsockname()[1]
     limits = ConnectionLimits(broker)
     exhaustion = _AcceptExhaustion(limits)
+    listener_name = security.listener.name if security is not None else broker.config.listener_name
+    gate = ConnectionRateGate(broker, rates, listener_name) if rates is not None else None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(limits.close_idle)
         nursery.start_soon(limits.return_memory_after_bursts)
@@ -562,6 +622,12 @@ async def serve_listener(broker: "RequestDispatcher", host: str, port: int, *, a
             while True:
                 await limits.wait_for_slot()
                 sock = await _accept(listener, exhaustion)
+                if gate is not None:
+                    await gate.wait()
+                    refused_ms = gate.refused_for_ms(sock)
+                    if refused_ms:
+                        nursery.start_soon(_close_after, sock, refused_ms / 1000)
+                        continue
                 try:
                     sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
                 except OSError:

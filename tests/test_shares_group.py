@@ -94,7 +94,7 @@ def test_share_session_epochs():
     assert failure.value.code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
     with pytest.raises(KafkaError) as failure:
         cache.open("g", "other", [])
-    assert failure.value.code == ErrorCode.SHARE_SESSION_NOT_FOUND  # the cache is full
+    assert failure.value.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED  # the cache is full
     session.epoch = 2**31 - 1
     session.next_epoch()
     assert session.epoch == 1

@@ -4,7 +4,7 @@ member fetches from this broker and the epoch its next request must carry.
 Epoch 0 opens a session (replacing the member's previous one; acknowledgements are not allowed
 with it), -1 closes it, any other value must equal the session's epoch, which then moves on
 (wrapping after Integer.MAX_VALUE to 1). At most ``group.share.max.share.sessions`` sessions are
-kept; one more is refused with SHARE_SESSION_NOT_FOUND, as Kafka's SharePartitionManager does.
+kept; one more is refused with SHARE_SESSION_LIMIT_REACHED, as Kafka 4.2's SharePartitionManager does.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class ShareSessionCache:
         key = (group_id, member_id)
         self.sessions.pop(key, None)
         if len(self.sessions) >= self.max_sessions:
-            raise KafkaError(ErrorCode.SHARE_SESSION_NOT_FOUND,
+            raise KafkaError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                              f"Could not create a share session for member {member_id} of share group {group_id}: "
                              f"this broker already has group.share.max.share.sessions={self.max_sessions}")
         session = ShareSession(group_id, member_id)

@@ -133,6 +133,11 @@ class ErrorCode(IntEnum):
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
     INVALID_REGULAR_EXPRESSION = 128
+    REBOOTSTRAP_REQUIRED = 129
+    STREAMS_INVALID_TOPOLOGY = 130
+    STREAMS_INVALID_TOPOLOGY_EPOCH = 131
+    STREAMS_TOPOLOGY_FENCED = 132
+    SHARE_SESSION_LIMIT_REACHED = 133
 
 
 DEFAULT_MESSAGES: dict[int, str] = {
@@ -265,6 +270,11 @@ DEFAULT_MESSAGES: dict[int, str] = {
     126: 'The voter is already part of the set of voters.',
     127: 'The voter is not part of the set of voters.',
     128: 'The regular expression is not valid.',
+    129: 'Client metadata is stale. The client should rebootstrap to obtain new metadata.',
+    130: 'The supplied topology is invalid.',
+    131: 'The supplied topology epoch is invalid.',
+    132: 'The supplied topology epoch is outdated.',
+    133: 'The limit of share sessions has been reached.',
 }
 
 

@@ -348,3 +348,45 @@ def test_confluent_producer_pushes_its_metrics(served):
     finally:
         with RawConnection(broker.bootstrap) as conn:
             unsubscribe(conn, "sub-librdkafka")
+
+
+# ---- stored like the other configs ------------------------------------------------------------
+
+
+def wait_for_interval(bootstrap: str, client_id: str, interval_ms: int, timeout: float = 30.0) -> None:
+    """A new client instance on ``bootstrap`` until it is offered ``interval_ms``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with RawConnection(bootstrap) as conn:
+            response = get_subscriptions(conn, client_id=client_id)
+        if response.error_code == NONE and response.push_interval_ms == interval_ms:
+            return
+        assert time.monotonic() < deadline, f"{bootstrap} never offered interval {interval_ms}: {response}"
+        time.sleep(0.2)
+
+
+def test_a_subscription_survives_a_restart(broker_factory):
+    broker = broker_factory()
+    with RawConnection(broker.bootstrap) as conn:
+        subscribe(conn, "kept", metrics="org.apache.kafka.", interval_ms="4000")
+    broker.restart()
+    wait_for_interval(broker.bootstrap, "anyone", 4000)
+    with RawConnection(broker.bootstrap) as conn:
+        assert listed(conn, 0) == (NONE, [(CLIENT_METRICS, "kept")])
+
+
+def test_every_broker_of_a_cluster_serves_a_subscription_and_its_changes(tmp_path):
+    from cluster import ZooKeeperCluster
+
+    with ZooKeeperCluster(tmp_path, brokers=2) as cluster:
+        first, second = cluster.brokers[0], cluster.brokers[1]
+        with RawConnection(first.bootstrap) as conn:
+            subscribe(conn, "everywhere", metrics="org.apache.kafka.", interval_ms="7000", match="client_id=app")
+        wait_for_interval(second.bootstrap, "app", 7000)
+        with RawConnection(first.bootstrap) as conn:
+            subscribe(conn, "everywhere", interval_ms="8000")  # a change of an existing subscription
+        wait_for_interval(second.bootstrap, "app", 8000)
+        with RawConnection(second.bootstrap) as conn:
+            assert listed(conn, 0) == (NONE, [(CLIENT_METRICS, "everywhere")])
+            unsubscribe(conn, "everywhere")
+        wait_for_interval(first.bootstrap, "app", 300000)

@@ -127,7 +127,7 @@ def _client_telemetry(lines: list[str], services: "Services") -> None:
     for client, snapshot in snapshots:
         client_labels = {key: client.attributes()[key] for key in CLIENT_LABELS}
         lines.append(f"kafkacompat_client_telemetry_last_push_seconds{_labels(**client_labels)} {snapshot.received!r}")
-    _family(lines, "kafkacompat_client_telemetry", "untyped",
+    _family(lines, "kafkacompat_client_telemetry", "gauge",
             "A metric a client pushed (KIP-714 PushTelemetry), as of its latest push")
     for client, snapshot in snapshots:
         client_labels = {key: client.attributes()[key] for key in CLIENT_LABELS}

@@ -256,7 +256,8 @@ def test_push_with_another_subscription_id_and_asking_again(subscribed):
 def test_push_with_an_unknown_compression_type(subscribed):
     conn, client_id = subscribed
     instance, sub_id = fresh(conn, client_id)
-    assert push(conn, instance, sub_id, PAYLOAD, compression_type=9, client_id=client_id) == UNSUPPORTED_COMPRESSION_TYPE
+    code = push(conn, instance, sub_id, PAYLOAD, compression_type=9, client_id=client_id)
+    assert code == UNSUPPORTED_COMPRESSION_TYPE
     assert get_subscriptions(conn, instance, client_id).error_code == NONE
 
 

@@ -20,11 +20,11 @@ import logging
 import re
 import time
 import uuid
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping
 
+import crc32c
 import trio
 
 from kafkacompat.controller.store import StoreError
@@ -52,6 +52,8 @@ MAX_INSTANCES = 16_384
 MAX_KEPT_POINTS = 200_000  # data points kept over all snapshots (the oldest clients' are dropped first)
 MIN_EXPIRY_MS = 60_000
 REFRESH_SECONDS = 5.0
+# after these push errors the client may ask for its subscription again at once
+RETRY_AT_ONCE = (ErrorCode.UNKNOWN_SUBSCRIPTION_ID, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
 _LIST_SPLIT = re.compile(r"\s*,\s*")
 
 
@@ -206,7 +208,7 @@ class ClientInstance:
 def subscription_id(metrics: tuple[str, ...], interval_ms: int, instance_id: uuid.UUID) -> int:
     """A signed 32-bit hash of what the client is asked for, mixed with its instance id (as
     Kafka: a change of subscriptions changes it, and two clients' ids differ)."""
-    digest = zlib.crc32(("[" + ", ".join(metrics) + "]" + str(interval_ms)).encode())
+    digest = crc32c.crc32c(("[" + ", ".join(metrics) + "]" + str(interval_ms)).encode())
     mixed = digest ^ (instance_id.int >> 96) ^ ((instance_id.int >> 64) & 0xFFFFFFFF)
     return mixed - (1 << 32) if mixed >= 1 << 31 else mixed
 
@@ -270,21 +272,29 @@ class ClientMetricsManager:
             self.set_subscriptions(await self._store().read_all())
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the subscriptions in step with the store, forget clients gone quiet."""
-        watching = False
+        """Keep the subscriptions in step with the store (loaded before the broker accepts
+        clients), forget clients gone quiet."""
+        watching = await self._reload(watching=False)
         task_status.started()
         while True:
-            try:
-                if not watching and self._store is not None:
-                    await self._store().watch(self.changed)
-                    watching = True
-                await self.refresh()
-            except StoreError as exc:
-                log.warning("Client metrics subscriptions not reloaded: the metadata store is unavailable (%s)", exc)
-            self.expire()
             with trio.move_on_after(REFRESH_SECONDS):
                 await self._nudge.wait()
             self._nudge = trio.Event()
+            watching = await self._reload(watching)
+            self.expire()
+
+    async def _reload(self, watching: bool) -> bool:
+        """Re-read the subscriptions (first setting up the watches); whether they are watched."""
+        if self._store is None:
+            return watching
+        try:
+            if not watching:
+                await self._store().watch(self.changed)
+                watching = True
+            await self.refresh()
+        except StoreError as exc:  # the next round retries
+            log.warning("Client metrics subscriptions not reloaded: the metadata store is unavailable (%s)", exc)
+        return watching
 
     # -- instances --
 
@@ -341,7 +351,7 @@ class ClientMetricsManager:
             metadata = _with_instance_id(metadata, self._new_instance_id())
         now_ms = self._now_ms()
         instance = self._instance(metadata, now_ms)
-        retry_allowed = instance.last_error in (ErrorCode.UNKNOWN_SUBSCRIPTION_ID, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
+        retry_allowed = instance.last_error in RETRY_AT_ONCE
         if not instance.may_get(now_ms) and not retry_allowed:
             raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED,
                              f"Request from the client [{metadata.client_instance_id}] arrived before the next push "
@@ -384,7 +394,8 @@ class ClientMetricsManager:
             raise KafkaError(ErrorCode.THROTTLING_QUOTA_EXCEEDED,
                              f"Request from the client [{client}] arrived before the next push interval time")
         if push.subscription_id != instance.subscription_id:
-            raise KafkaError(ErrorCode.UNKNOWN_SUBSCRIPTION_ID, f"Unknown client subscription id for the client [{client}]")
+            raise KafkaError(ErrorCode.UNKNOWN_SUBSCRIPTION_ID,
+                             f"Unknown client subscription id for the client [{client}]")
         if push.compression_type not in KNOWN_COMPRESSION_TYPES:
             raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
                              f"Unknown compression type [{push.compression_type}] is received in telemetry request "
@@ -407,8 +418,8 @@ class ClientMetricsManager:
         try:
             return validation.decompress_bounded(push.compression_type, push.metrics, self.telemetry_max_bytes)
         except validation.DecompressedTooLarge:
-            raise KafkaError(ErrorCode.TELEMETRY_TOO_LARGE, "The pushed metrics decompress to more than "
-                                                            f"telemetry.max.bytes ({self.telemetry_max_bytes})") from None
+            raise KafkaError(ErrorCode.TELEMETRY_TOO_LARGE, f"The pushed metrics decompress to more than "
+                             f"telemetry.max.bytes ({self.telemetry_max_bytes})") from None
         except Exception as exc:  # each codec library raises its own errors for corrupt data
             raise KafkaError(ErrorCode.INVALID_RECORD, f"The pushed metrics do not decompress: {exc}") from None
 

@@ -322,6 +322,11 @@ def test_pushed_metrics_appear_on_the_metrics_endpoint(served, subscribed, codec
     assert sample.value == 42.5
     assert sample.labels["metric"] == "org.apache.kafka.producer.raw.gauge" and sample.labels["topic"] == "orders"
     assert sample.labels["client_instance_id"] == str(first.client_instance_id)
+    (client,) = [c for c in http_request("GET", base + "/v1/client-telemetry").json()
+                 if c["client_instance_id"] == str(first.client_instance_id)]
+    assert client["client_id"] == client_id and client["metrics"] == [{
+        "name": "org.apache.kafka.producer.raw.gauge", "kind": "gauge", "value": 42.5,
+        "attributes": {"topic": "orders"}}]
 
 
 # ---- a real client -----------------------------------------------------------------------------

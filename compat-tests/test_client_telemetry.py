@@ -396,3 +396,17 @@ def test_every_broker_of_a_cluster_serves_a_subscription_and_its_changes(tmp_pat
             assert listed(conn, 0) == (NONE, [(CLIENT_METRICS, "everywhere")])
             unsubscribe(conn, "everywhere")
         wait_for_interval(first.bootstrap, "app", 300000)
+
+
+def test_acls_guard_subscriptions_not_telemetry(broker_factory):
+    """As Kafka: subscriptions need DESCRIBE_CONFIGS / ALTER_CONFIGS on the cluster; the telemetry
+    APIs themselves need no ACL."""
+    broker = broker_factory("--set", "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+    cluster_authorization_failed = 31
+    with RawConnection(broker.bootstrap) as conn:  # User:ANONYMOUS, no ACL allows it anything
+        assert listed(conn, 1) == (cluster_authorization_failed, [])
+        assert alter_subscription(conn, "denied", ("interval.ms", "1000", SET))[0] == cluster_authorization_failed
+        assert describe(conn, "denied").error_code == cluster_authorization_failed
+        subscribed = get_subscriptions(conn)
+        assert subscribed.error_code == NONE
+        assert push(conn, subscribed.client_instance_id, subscribed.subscription_id) == NONE

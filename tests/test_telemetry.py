@@ -117,3 +117,11 @@ def test_validation(props, code):
         with pytest.raises(KafkaError) as raised:
             validate_client_metrics_configs("s", props)
         assert raised.value.code == code
+
+
+def test_reading_the_same_subscriptions_again_changes_nothing(manager):
+    version = manager.version
+    manager.set_subscriptions({name: {"metrics": ",".join(sorted(s.metrics)), "interval.ms": str(s.interval_ms),
+                                      "match": ",".join(f"{k}={p.pattern}" for k, p in s.patterns.items())}
+                               for name, s in manager.subscriptions.items()})
+    assert manager.version == version

@@ -77,9 +77,9 @@ def unsubscribe(conn: RawConnection, name: str) -> None:
     assert alter_subscription(conn, name, *((k, None, DELETE) for k in ("metrics", "interval.ms", "match")))[0] == NONE
 
 
-def describe(conn: RawConnection, name: str):
+def describe(conn: RawConnection, name: str, *, synonyms: bool = False):
     request = codec.request_class(DESCRIBE_CONFIGS)
-    response = call(conn, DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False, resources=[
+    response = call(conn, DESCRIBE_CONFIGS, 4, include_synonyms=synonyms, include_documentation=synonyms, resources=[
         request.DescribeConfigsResource(resource_type=CLIENT_METRICS, resource_name=name, configuration_keys=None)])
     (result,) = response.results
     return result
@@ -124,13 +124,16 @@ def wait_for_samples(base: str, predicate, timeout: float = 60.0) -> list:
 def test_a_subscription_is_stored_described_and_listed(served):
     broker, _ = served
     with RawConnection(broker.bootstrap) as conn:
-        subscribe(conn, "sub-described", metrics="org.apache.kafka.producer.,org.apache.kafka.consumer.",
+        subscribe(conn, "sub-described", metrics="org.apache.kafka.producer., org.apache.kafka.consumer.",
                   interval_ms="2000", match="client_id=app-.*")
-        result = describe(conn, "sub-described")
+        result = describe(conn, "sub-described", synonyms=True)
         assert result.error_code == NONE
         assert {c.name: (c.value, c.config_source) for c in result.configs} == {
             "interval.ms": ("2000", 7), "match": ("client_id=app-.*", 7),
             "metrics": ("org.apache.kafka.producer.,org.apache.kafka.consumer.", 7)}
+        interval = next(c for c in result.configs if c.name == "interval.ms")
+        assert (interval.config_type, interval.documentation) == (3, "Metrics push interval in milliseconds")
+        assert [(s.name, s.value, s.source) for s in interval.synonyms] == [("interval.ms", "2000", 7)]
         assert listed(conn, 0)[0] == NONE and (CLIENT_METRICS, "sub-described") in listed(conn, 0)[1]
         assert (CLIENT_METRICS, "sub-described") in listed(conn, 1, [CLIENT_METRICS])[1]
         unsubscribe(conn, "sub-described")

@@ -135,10 +135,17 @@ class Subscription:
                    match_patterns(parse_list(props.get(MATCH))))
 
 
+CONFIG_DOCS = {METRICS: "Telemetry metric name prefix list", INTERVAL_MS: "Metrics push interval in milliseconds",
+               MATCH: "Client match criteria"}
+
+
 def subscription_entries(props: Mapping[str, str]) -> list[tuple[str, str, bool]]:
-    """DescribeConfigs of a subscription: (key, value, is the value set) for every key."""
-    defaults = {METRICS: "", INTERVAL_MS: str(DEFAULT_INTERVAL_MS), MATCH: ""}
-    return [(key, props.get(key, defaults[key]), key in props) for key in sorted(CONFIG_NAMES)]
+    """DescribeConfigs of a subscription: (key, value as Kafka prints it parsed, is it set) for
+    every key."""
+    interval = props.get(INTERVAL_MS)
+    values = {METRICS: ",".join(parse_list(props.get(METRICS))), MATCH: ",".join(parse_list(props.get(MATCH))),
+              INTERVAL_MS: str(DEFAULT_INTERVAL_MS if interval is None else _parse_interval(interval))}
+    return [(key, values[key], key in props) for key in sorted(CONFIG_NAMES)]
 
 
 # ---- client instances --------------------------------------------------------------------------

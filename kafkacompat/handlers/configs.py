@@ -52,6 +52,7 @@ from kafkacompat.controller.topics import validate_topic_name
 from kafkacompat.dynamic_config import apply_broker_configs
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
+from kafkacompat.telemetry import CONFIG_DOCS as CLIENT_METRICS_DOCS
 from kafkacompat.telemetry import subscription_entries, validate_client_metrics_configs
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -287,9 +288,15 @@ async def _describe_client_metrics(ctx: RequestContext, name: str) -> list[Confi
         props = await ctx.admin.client_metrics_store().read(name)
     except StoreError as exc:
         raise _store_unavailable(exc) from None
+    try:
+        entries = subscription_entries(props)
+    except KafkaError:  # a value stored by hand that does not parse: shown as stored
+        entries = [(key, value, True) for key, value in sorted(props.items())]
     return [ConfigEntry(key, value, CLIENT_METRICS_CONFIG if is_set else CONFIG_SOURCE_IDS[DEFAULT_CONFIG],
-                        CLIENT_METRICS_TYPES[key].value)
-            for key, value, is_set in subscription_entries(props)]
+                        CLIENT_METRICS_TYPES[key].value if key in CLIENT_METRICS_TYPES else UNKNOWN_CONFIG_TYPE,
+                        CLIENT_METRICS_DOCS.get(key),
+                        synonyms=[Synonym(key, value, CLIENT_METRICS_CONFIG)] if is_set else [])
+            for key, value, is_set in entries]
 
 
 DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger,

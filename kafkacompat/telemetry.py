@@ -51,6 +51,9 @@ KNOWN_COMPRESSION_TYPES = (0, 1, 2, 3, 4)
 MAX_INSTANCES = 16_384
 MAX_KEPT_POINTS = 200_000  # data points kept over all snapshots (the oldest clients' are dropped first)
 MIN_EXPIRY_MS = 60_000
+# Pushes this large, or compressed, are decompressed and decoded in a worker thread: a 1 MiB
+# payload takes a few hundred ms of Python, which the event loop must not wait for.
+OFF_LOOP_BYTES = 16 * 1024
 REFRESH_SECONDS = 5.0
 # after these push errors the client may ask for its subscription again at once
 RETRY_AT_ONCE = (ErrorCode.UNKNOWN_SUBSCRIPTION_ID, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE)
@@ -367,7 +370,7 @@ class ClientMetricsManager:
         return Subscribed(metadata.client_instance_id, instance.subscription_id, instance.push_interval_ms,
                           self.telemetry_max_bytes, list(instance.metrics))
 
-    def push(self, metadata: ClientMetadata, push: Push) -> None:
+    async def push(self, metadata: ClientMetadata, push: Push) -> None:
         """Accept a push (its metrics become the instance's snapshot) or raise KafkaError."""
         if push.client_instance_id.int in (0, 1):  # Kafka's reserved ids (ZERO_UUID, METADATA_TOPIC_ID)
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Invalid request from the client [{push.client_instance_id}], "
@@ -383,7 +386,7 @@ class ClientMetricsManager:
             instance.terminating = push.terminating
         if push.metrics:
             try:
-                instance.snapshot = self._snapshot(push)
+                instance.snapshot = await self._decoded(push)
                 self._trim_snapshots()
             except KafkaError as exc:
                 instance.last_error = exc.code
@@ -410,6 +413,11 @@ class ClientMetricsManager:
         if len(push.metrics) > self.telemetry_max_bytes:
             raise KafkaError(ErrorCode.TELEMETRY_TOO_LARGE, f"Telemetry request from [{client}] is larger than the "
                                                             f"maximum allowed size [{self.telemetry_max_bytes}]")
+
+    async def _decoded(self, push: Push) -> Snapshot:
+        if push.compression_type == 0 and len(push.metrics) < OFF_LOOP_BYTES:
+            return self._snapshot(push)
+        return await trio.to_thread.run_sync(self._snapshot, push)
 
     def _snapshot(self, push: Push) -> Snapshot:
         payload = self._decompressed(push)

@@ -11,6 +11,7 @@ from kafkacompat import telemetry
 from kafkacompat.telemetry import ClientMetadata, ClientMetricsManager, Push, validate_client_metrics_configs
 from kafkacompat.testing import otlp
 from kafkacompat.wire.errors import ErrorCode, KafkaError
+from tests.conftest import trio_test
 
 ZERO = uuid.UUID(int=0)
 
@@ -57,17 +58,18 @@ def test_a_star_subscribes_to_everything(manager):
     assert manager.get_subscriptions(client()).requested_metrics == ["*"]
 
 
-def test_push_intervals_are_kept(manager, clock):
+@trio_test
+async def test_push_intervals_are_kept(manager, clock):
     subscribed = manager.get_subscriptions(client())
     me = client(instance_id=subscribed.client_instance_id)
     payload = otlp.metrics_data(otlp.gauge_metric("org.apache.kafka.producer.x", 1))
-    manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
+    await manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
     clock.now += 0.5
     with pytest.raises(KafkaError) as raised:
-        manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
+        await manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
     assert raised.value.code == ErrorCode.THROTTLING_QUOTA_EXCEEDED
     clock.now += 0.6
-    manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
+    await manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
     (snapshot,) = manager.snapshots()
     assert snapshot[1].points[0].name == "org.apache.kafka.producer.x"
 
@@ -88,14 +90,15 @@ def test_instances_are_bounded_least_recently_used_first(clock):
     assert list(manager.instances) == ids[2:]
 
 
-def test_kept_points_are_bounded(manager, monkeypatch):
+@trio_test
+async def test_kept_points_are_bounded(manager, monkeypatch):
     monkeypatch.setattr(telemetry, "MAX_KEPT_POINTS", 3)
     manager.set_subscriptions({"all": {"metrics": "*"}})
     payload = otlp.metrics_data(*(otlp.gauge_metric(f"m{i}", i) for i in range(2)))
     for name in ("a", "b", "c"):
         subscribed = manager.get_subscriptions(client(name))
         me = client(name, subscribed.client_instance_id)
-        manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
+        await manager.push(me, Push(me.client_instance_id, subscribed.subscription_id, False, 0, payload))
     assert [metadata.client_id for metadata, _ in manager.snapshots()] == ["c"]
 
 

@@ -57,7 +57,7 @@ async def handle_push_telemetry(request, ctx: RequestContext):
     push = Push(request.client_instance_id, request.subscription_id, bool(request.terminating),
                 request.compression_type, bytes(request.metrics or b""))
     try:
-        ctx.services.telemetry.push(client_metadata(ctx, request.client_instance_id), push)
+        await ctx.services.telemetry.push(client_metadata(ctx, request.client_instance_id), push)
     except KafkaError as exc:
         log.debug("PushTelemetry from %s: %s (%s)", ctx.client_id, exc.code.name, exc.message)
         return response_for(PUSH_TELEMETRY, ctx, error_code=exc.code)

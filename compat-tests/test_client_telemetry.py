@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import struct
 import time
 import uuid
@@ -382,6 +383,10 @@ def test_a_subscription_survives_a_restart(broker_factory):
     wait_for_interval(broker.bootstrap, "anyone", 4000)
     with RawConnection(broker.bootstrap) as conn:
         assert listed(conn, 0) == (NONE, [(CLIENT_METRICS, "kept")])
+        unsubscribe(conn, "kept")
+    broker.stop()
+    nodes = json.loads((broker.data_dir / "metadata-store.json").read_text())["nodes"]
+    assert "/config/client-metrics/kept" not in nodes  # deleting every key deletes the subscription
 
 
 def test_every_broker_of_a_cluster_serves_a_subscription_and_its_changes(tmp_path):

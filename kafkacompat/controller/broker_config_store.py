@@ -45,6 +45,7 @@ class EntityConfigStore:
     """One entity type's configs (``/config/<entity type>/<entity>``), changed by compare-and-set."""
 
     ENTITY_TYPE = "brokers"
+    DELETE_WHEN_EMPTY = False  # an entity whose every key is deleted: its node is removed
 
     def __init__(self, store: "MetadataStore") -> None:
         self.store = store
@@ -75,16 +76,18 @@ class EntityConfigStore:
             try:
                 if found is None:
                     await self.store.create(path, data, makepath=True)
+                elif not updated and self.DELETE_WHEN_EMPTY:
+                    await self.store.delete(path, found[1])
                 else:
                     await self.store.set(path, data, found[1])
-            except (BadVersionError, NodeExistsError):
+            except (BadVersionError, NodeExistsError, NoNodeError):
                 continue
             await self._notify(entity)
             return updated
 
     async def _notify(self, entity: str) -> None:
-        await self.store.create(CHANGES_PATH, encode_json({"version": 2, "entity_path": f"{self.ENTITY_TYPE}/{entity}"}),
-                                sequential=True, makepath=True)
+        notification = encode_json({"version": 2, "entity_path": f"{self.ENTITY_TYPE}/{entity}"})
+        await self.store.create(CHANGES_PATH, notification, sequential=True, makepath=True)
         notifications = [name for name in await self.store.children_or_empty(CHANGES_DIR)
                          if name.startswith("config_change_")]
         for name in sorted(notifications)[:-KEPT_NOTIFICATIONS]:
@@ -110,6 +113,7 @@ class ClientMetricsConfigStore(EntityConfigStore):
     """KIP-714 client metrics subscriptions; a subscription whose configs are all deleted is gone."""
 
     ENTITY_TYPE = "client-metrics"
+    DELETE_WHEN_EMPTY = True
 
     async def read_all(self) -> dict[str, dict[str, str]]:
         names = await self.store.children_or_empty(CLIENT_METRICS_PATH)

@@ -3,7 +3,8 @@ and described with raw IncrementalAlterConfigs / AlterConfigs / DescribeConfigs 
 ListConfigResources requests (Kafka's keys, validation and error codes), GetTelemetrySubscriptions
 and PushTelemetry with every error code Kafka's ClientMetricsManager answers, and a real
 confluent-kafka producer (librdkafka pushes its metrics by default) whose
-org.apache.kafka.producer.* metrics then appear on the broker's /metrics."""
+org.apache.kafka.producer.* metrics (and a consumer's consumer ones) then appear on the broker's
+/metrics."""
 
 from __future__ import annotations
 
@@ -353,11 +354,32 @@ def test_confluent_producer_pushes_its_metrics(served):
             assert time.monotonic() < deadline, f"librdkafka never pushed its metrics:\n{broker.output()[-3000:]}"
         assert all(s.labels["metric"].startswith("org.apache.kafka.producer.") for s in samples)
         assert {s.labels["client_software_name"] for s in samples} == {"confluent-kafka-python"}
-        print(f"{len(samples)} pushed samples, e.g.", samples[0])
         producer.flush(30)
     finally:
         with RawConnection(broker.bootstrap) as conn:
             unsubscribe(conn, "sub-librdkafka")
+
+
+def test_confluent_consumer_pushes_its_metrics(served):
+    broker, base = served
+    with RawConnection(broker.bootstrap) as conn:
+        subscribe(conn, "sub-consumer", metrics="org.apache.kafka.consumer.", interval_ms="1000",
+                  match="client_id=telemetry-consumer")
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": broker.bootstrap, "client.id": "telemetry-consumer",
+                                         "group.id": "telemetry-group", "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["telemetry-consumed"])
+        deadline = time.monotonic() + 60
+        samples = []
+        while not samples:
+            consumer.poll(0.5)
+            samples = [s for s in scrape(base) if s.labels.get("client_id") == "telemetry-consumer"]
+            assert time.monotonic() < deadline, f"librdkafka never pushed its metrics:\n{broker.output()[-3000:]}"
+        assert all(s.labels["metric"].startswith("org.apache.kafka.consumer.") for s in samples)
+    finally:
+        consumer.close()
+        with RawConnection(broker.bootstrap) as conn:
+            unsubscribe(conn, "sub-consumer")
 
 
 # ---- stored like the other configs ------------------------------------------------------------

@@ -40,6 +40,7 @@ from kafkacompat.shares.manager import SharePartitionManager
 from kafkacompat.shares.records import SHARE_STATE_TOPIC
 from kafkacompat.shares.remote import RoutingPersister
 from kafkacompat.shares.state_store import ShareStateStore
+from kafkacompat.telemetry import ClientMetricsManager
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
@@ -96,6 +97,7 @@ class Broker:
         self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
         self.shares = self._build_shares()
+        self.telemetry = ClientMetricsManager(config.telemetry_max_bytes, self.admin.client_metrics_store)
         self._services = None
 
     def _authorizer(self) -> "Authorizer | None":
@@ -256,7 +258,8 @@ class Broker:
                                       self.producer_ids, self.data_dir, _fetch_sessions(self.config),
                                       credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
                                       quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions,
-                                      shares=self.shares, metrics=BrokerMetrics(enabled=self.http is not None))
+                                      shares=self.shares, metrics=BrokerMetrics(enabled=self.http is not None),
+                                      telemetry=self.telemetry)
         return self._services
 
     async def dispatch(
@@ -310,6 +313,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
             dynamic_configs = DynamicBrokerConfigs(broker.config, broker.admin.broker_config_store(), broker.replicas,
                                                    broker.metadata)
             await nursery.start(dynamic_configs.run)
+            await nursery.start(broker.telemetry.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)

@@ -724,6 +724,10 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             at_least(1)),
     _broker("quota.window.size.seconds", _INT, "1", LOW, "The time span of each client quota sample.",
             at_least(1)),
+    # --- client telemetry (KIP-714, telemetry.py) ---
+    _broker("telemetry.max.bytes", _INT, "1048576", LOW,
+            "The largest metrics payload a client may push (PushTelemetry), compressed or not; a larger one "
+            "is TELEMETRY_TOO_LARGE.", at_least(1)),
 )
 
 

@@ -149,12 +149,15 @@ class Connection:
         self.cancel_scope: trio.CancelScope | None = None
         self.id = next(_connection_ids)
         self.peer = self.client_host = "unknown"
+        self.client_port = 0
+        # what the client said it is in ApiVersions v3+ (KIP-511; client telemetry matches on it)
+        self.client_software_name = self.client_software_version = ""
         try:
             peer = sock.getpeername()
         except OSError:
             peer = None
         if isinstance(peer, tuple) and len(peer) >= 2:
-            self.client_host = peer[0]
+            self.client_host, self.client_port = peer[0], peer[1]
             self.peer = f"{peer[0]}:{peer[1]}"
         self.decoder = FrameDecoder(broker.config.socket_request_max_bytes)
         self.client_id: str | None = None

@@ -9,7 +9,7 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from kafkacompat.controller.broker_config_store import BrokerConfigStore
+from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.reassignment import Reassignment, invalid_target
@@ -201,3 +201,8 @@ class LocalAdmin:
         from kafkacompat.controller.store import EmbeddedStore
 
         return BrokerConfigStore(EmbeddedStore(self.registry.tree))
+
+    def client_metrics_store(self) -> ClientMetricsConfigStore:
+        from kafkacompat.controller.store import EmbeddedStore
+
+        return ClientMetricsConfigStore(EmbeddedStore(self.registry.tree))

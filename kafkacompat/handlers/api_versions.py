@@ -24,6 +24,9 @@ async def handle_api_versions(request, ctx: RequestContext):
     from kafkacompat.wire.codec import response_class
 
     response = response_class(API_VERSIONS)
+    if ctx.connection is not None and ctx.version >= 3:
+        ctx.connection.client_software_name = request.client_software_name or ""
+        ctx.connection.client_software_version = request.client_software_version or ""
     try:
         await ctx.admin.feature_store().refresh()  # a store read only after UpdateFeatures changed the levels
     except StoreError as exc:

@@ -15,12 +15,15 @@ BROKER resources (one broker's id, or "" for the cluster default) store dynamic 
 the metadata store (controller/broker_config_store.py, ZooKeeper mode's /config/brokers layout),
 applied without a restart (dynamic_config.py); keys Kafka cannot change dynamically are
 INVALID_REQUEST "Cannot update these configs dynamically". Log levels (BROKER_LOGGER) can be
-changed too.
+changed too. CLIENT_METRICS resources are KIP-714 telemetry subscriptions (telemetry.py's
+ClientMetricsConfigs rules), stored under /config/client-metrics/<name>; a subscription whose
+configs are all deleted no longer exists.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -49,6 +52,8 @@ from kafkacompat.controller.topics import validate_topic_name
 from kafkacompat.dynamic_config import apply_broker_configs
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
+from kafkacompat.telemetry import CONFIG_DOCS as CLIENT_METRICS_DOCS
+from kafkacompat.telemetry import subscription_entries, validate_client_metrics_configs
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
@@ -72,6 +77,8 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
 DYNAMIC_BROKER_LOGGER_CONFIG = CONFIG_SOURCE_IDS["DYNAMIC_BROKER_LOGGER_CONFIG"]
+CLIENT_METRICS_CONFIG = CONFIG_SOURCE_IDS["CLIENT_METRICS_CONFIG"]
+CLIENT_METRICS_TYPES = {"metrics": ConfigType.LIST, "interval.ms": ConfigType.INT, "match": ConfigType.LIST}
 UNKNOWN_CONFIG_TYPE = 0
 
 
@@ -266,7 +273,34 @@ def _describe_broker_logger(ctx: RequestContext, name: str) -> list[ConfigEntry]
     return logger_entries()
 
 
-DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger}
+def _store_unavailable(exc: StoreError) -> KafkaError:
+    return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                      f"The client metrics subscriptions are not readable: the metadata store is not available "
+                      f"({exc}); retry")
+
+
+async def _describe_client_metrics(ctx: RequestContext, name: str) -> list[ConfigEntry]:
+    """Every subscription key, as set or its default (Kafka describes a subscription that does
+    not exist with the defaults)."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Client metrics subscription name must not be empty")
+    try:
+        props = await ctx.admin.client_metrics_store().read(name)
+    except StoreError as exc:
+        raise _store_unavailable(exc) from None
+    try:
+        entries = subscription_entries(props)
+    except KafkaError:  # a value stored by hand that does not parse: shown as stored
+        entries = [(key, value, True) for key, value in sorted(props.items())]
+    return [ConfigEntry(key, value, CLIENT_METRICS_CONFIG if is_set else CONFIG_SOURCE_IDS[DEFAULT_CONFIG],
+                        CLIENT_METRICS_TYPES[key].value if key in CLIENT_METRICS_TYPES else UNKNOWN_CONFIG_TYPE,
+                        CLIENT_METRICS_DOCS.get(key),
+                        synonyms=[Synonym(key, value, CLIENT_METRICS_CONFIG)] if is_set else [])
+            for key, value, is_set in entries]
+
+
+DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger,
+              CLIENT_METRICS: _describe_client_metrics}
 
 
 def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, include_documentation: bool,
@@ -296,7 +330,7 @@ def check_config_access(ctx: RequestContext, operation: AclOperation, resource_t
         raise KafkaError(code, None)
 
 
-def _describe_resource(ctx: RequestContext, resource, result_cls, include_synonyms: bool, include_docs: bool):
+async def _describe_resource(ctx: RequestContext, resource, result_cls, include_synonyms: bool, include_docs: bool):
     entry_cls = result_cls.DescribeConfigsResourceResult
     try:
         check_config_access(ctx, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
@@ -305,6 +339,8 @@ def _describe_resource(ctx: RequestContext, resource, result_cls, include_synony
             kind = RESOURCE_TYPE_NAMES[resource.resource_type]
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"kafkacompat does not support {kind} configs")
         entries = describe(ctx, resource.resource_name)
+        if inspect.isawaitable(entries):
+            entries = await entries
     except KafkaError as exc:
         message = None if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else exc.message
         return result_cls(error_code=exc.code, error_message=message, resource_type=resource.resource_type,
@@ -327,7 +363,8 @@ async def handle_describe_configs(request, ctx: RequestContext):
                               resource_type=r.resource_type, resource_name=r.resource_name, configs=[])
                    for r in request.resources]
         return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
-    results = [_describe_resource(ctx, resource, result_cls, request.include_synonyms, request.include_documentation)
+    results = [await _describe_resource(ctx, resource, result_cls, request.include_synonyms,
+                                        request.include_documentation)
                for resource in request.resources]
     return response_for(DESCRIBE_CONFIGS, ctx, throttle_time_ms=0, results=results)
 
@@ -503,6 +540,50 @@ def _check_logger_change(config) -> None:
         )
 
 
+def _apply_client_metrics_operation(props: dict[str, str], config) -> None:
+    name, op, value = config.name, config.config_operation, config.value
+    if op == SET:
+        props[name] = value
+    elif op == DELETE:
+        props.pop(name, None)
+    elif op in (APPEND, SUBTRACT):
+        if CLIENT_METRICS_TYPES.get(name) is not ConfigType.LIST:
+            raise KafkaError(
+                ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST."
+            )
+        parts = _list_parts(props.get(name))
+        for item in value.split(","):
+            if op == APPEND and item not in parts:
+                parts.append(item)
+            elif op == SUBTRACT and item in parts:
+                parts.remove(item)
+        props[name] = ",".join(parts)
+    else:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+
+
+async def _change_client_metrics(ctx: RequestContext, name: str, edit, validate_only: bool) -> None:
+    """Store the subscription's new configs (validated as a whole by ClientMetricsConfigs' rules),
+    then re-read the subscriptions here at once; the other brokers follow the change notification."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Subscription name can't be empty")
+    store = ctx.admin.client_metrics_store()
+    try:
+        if validate_only:
+            validate_client_metrics_configs(name, edit(await store.read(name)))
+            return
+        updated = await store.change(name, lambda current: validate_client_metrics_configs(name, edit(current)))
+    except StoreError as exc:
+        raise _store_unavailable(exc) from None
+    log.info("Client metrics subscription %s changed by %s: %s", name, ctx.client_id,
+             ", ".join(f"{k}={v}" for k, v in sorted(updated.items())) or "deleted")
+    ctx.services.telemetry.changed()
+    try:
+        await ctx.services.telemetry.refresh()
+    except StoreError as exc:
+        log.warning("Client metrics subscriptions not reloaded after the change (%s); retrying", exc)
+
+
 async def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=True)
@@ -520,6 +601,13 @@ async def _alter_incrementally(ctx: RequestContext, resource, validate_only: boo
         for config in resource.configs:
             _apply_operation(overrides, config)
         await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+    elif resource.resource_type == CLIENT_METRICS:
+        def edit_subscription(props: dict[str, str]) -> dict[str, str]:
+            for config in resource.configs:
+                _apply_client_metrics_operation(props, config)
+            return props
+
+        await _change_client_metrics(ctx, resource.resource_name, edit_subscription, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
@@ -533,6 +621,9 @@ async def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -
     elif resource.resource_type == TOPIC:
         overrides = {config.name: config.value for config in resource.configs}
         await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
+    elif resource.resource_type == CLIENT_METRICS:
+        replacement = {config.name: config.value for config in resource.configs}
+        await _change_client_metrics(ctx, resource.resource_name, lambda _current: dict(replacement), validate_only)
     else:
         # Legacy AlterConfigs never supported BROKER_LOGGER (KIP-412).
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")

@@ -18,6 +18,7 @@ from kafkacompat.faults import FaultInjector
 from kafkacompat.metrics import BrokerMetrics
 from kafkacompat.quotas import MutationBudget
 from kafkacompat.services import AcceptingTransactionVerifier
+from kafkacompat.telemetry import ClientMetricsManager
 from kafkacompat.wire import codec
 from kafkacompat.wire.chunks import Chunk
 from kafkacompat.wire.frame import api_name
@@ -50,7 +51,7 @@ class Services:
     """What handlers may use: read the metadata, change it through admin, reach the partitions
     hosted here, the group and transaction coordinators, the producer ids and the transaction
     verifier; the authorizer (None: none configured, everything allowed) and the client quotas;
-    what dispatch counts (metrics) and injects (faults)."""
+    what dispatch counts (metrics) and injects (faults); the client telemetry."""
 
     config: "BrokerConfig"
     metadata: "MetadataView"
@@ -70,6 +71,8 @@ class Services:
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     faults: FaultInjector = field(default_factory=FaultInjector)
     shares: "ShareServices | None" = None
+    # KIP-714 client telemetry: the subscriptions, client instances and their pushed metrics
+    telemetry: ClientMetricsManager = field(default_factory=lambda: ClientMetricsManager(1024 * 1024))
 
 
 @dataclass(slots=True)

@@ -1,5 +1,5 @@
 """The JSON API under /v1: brokers, topics, groups (with members, offsets and lag), messages,
-fault injection, and in ``dev-cluster`` broker stop/start and leader elections. Bad input is a
+the metrics clients pushed (KIP-714), fault injection, and in ``dev-cluster`` broker stop/start and leader elections. Bad input is a
 4xx with {"error": message}; nothing here can reach the Kafka listener."""
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ def get_messages(app: "HttpContext", request: Request, params: dict[str, str]) -
 
 def get_groups(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
     return json_response(views.groups(app.services))
+
+
+def get_client_telemetry(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
+    return json_response(views.client_telemetry(app.services))
 
 
 def get_group(app: "HttpContext", request: Request, params: dict[str, str]) -> Response:
@@ -181,6 +185,7 @@ ROUTES = [
     route("POST", "/v1/topics/<name>/elect-leaders", elect_leaders),
     route("GET", "/v1/groups", get_groups),
     route("GET", "/v1/groups/<group_id>", get_group),
+    route("GET", "/v1/client-telemetry", get_client_telemetry),
     route("GET", "/v1/faults", get_faults),
     route("POST", "/v1/faults", post_fault),
     route("DELETE", "/v1/faults", delete_faults),

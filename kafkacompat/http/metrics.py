@@ -6,6 +6,7 @@ kafkacompat/metrics.py; gauges are read from the services when scraped."""
 from __future__ import annotations
 
 import os
+import re
 import resource
 import time
 from typing import TYPE_CHECKING, Iterable
@@ -32,6 +33,7 @@ def render(services: "Services") -> str:
     _request_metrics(lines, services)
     _log_gauges(lines, services)
     _group_lag(lines, services)
+    _client_telemetry(lines, services)
     _process_metrics(lines)
     return "\n".join(lines) + "\n"
 
@@ -107,6 +109,43 @@ def _group_lag(lines: list[str], services: "Services") -> None:
                 lines.append(f"kafka_consumergroup_lag"
                              f"{_labels(group=group.group_id, topic=entry['topic'], partition=entry['partition'])}"
                              f" {entry['lag']}")
+
+
+_LABEL_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
+CLIENT_LABELS = ("client_instance_id", "client_id", "client_software_name", "client_software_version")
+
+
+def _client_telemetry(lines: list[str], services: "Services") -> None:
+    """KIP-714: each client instance's latest pushed metrics, the OTLP metric name as the
+    ``metric`` label, the data point's attributes as further labels."""
+    snapshots = services.telemetry.snapshots()
+    _family(lines, "kafkacompat_client_telemetry_instances", "gauge",
+            "Client instances whose pushed metrics (KIP-714) the broker holds")
+    lines.append(f"kafkacompat_client_telemetry_instances {len(snapshots)}")
+    _family(lines, "kafkacompat_client_telemetry_last_push_seconds", "gauge",
+            "When the client instance last pushed its metrics (Unix time)")
+    for client, snapshot in snapshots:
+        client_labels = {key: client.attributes()[key] for key in CLIENT_LABELS}
+        lines.append(f"kafkacompat_client_telemetry_last_push_seconds{_labels(**client_labels)} {snapshot.received!r}")
+    _family(lines, "kafkacompat_client_telemetry", "gauge",
+            "A metric a client pushed (KIP-714 PushTelemetry), as of its latest push")
+    for client, snapshot in snapshots:
+        client_labels = {key: client.attributes()[key] for key in CLIENT_LABELS}
+        series: dict[str, float] = {}
+        for point in snapshot.points:
+            labels = {**client_labels, "metric": point.name}
+            for key, value in point.attributes:
+                labels.setdefault(_LABEL_UNSAFE.sub("_", key), value)
+            series[_labels(**labels)] = point.value
+        lines.extend(f"kafkacompat_client_telemetry{labels} {_sample(value)}" for labels, value in series.items())
+
+
+def _sample(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 def _process_metrics(lines: list[str]) -> None:

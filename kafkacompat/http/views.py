@@ -199,6 +199,15 @@ def group_offsets(services: "Services", group_id: str) -> list[dict[str, Any]]:
     return result
 
 
+def client_telemetry(services: "Services") -> list[dict[str, Any]]:
+    """KIP-714: each client instance's latest push, with the client's identity."""
+    return [{**metadata.attributes(), "received": snapshot.received, "resource": dict(snapshot.resource),
+             "dropped_points": snapshot.dropped,
+             "metrics": [{"name": p.name, "kind": p.kind, "value": p.value, "attributes": dict(p.attributes)}
+                         for p in snapshot.points]}
+            for metadata, snapshot in services.telemetry.snapshots()]
+
+
 def consumer_assignment(data: bytes) -> dict[str, list[int]] | None:
     """A ConsumerProtocolAssignment's topic partitions (any version: they come first)."""
     try:

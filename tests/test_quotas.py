@@ -1,11 +1,15 @@
 """Client quota enforcement (quotas.py): Kafka's entity precedence and shared sensors, its Rate
-over quota.window.num samples, and the KIP-219 throttle time, with explicit clock values."""
+over quota.window.num samples, and the KIP-219 throttle time, with explicit clock values; the
+replication throttles' SimpleRate, throttled-replica lists and the follower's holding back."""
 
 from __future__ import annotations
 
 import uuid
+from types import SimpleNamespace
 
 import pytest
+import trio
+from trio.testing import MockClock
 
 from kafkacompat.config import BrokerConfig
 from kafkacompat.controller.client_quotas import QuotaEntity
@@ -19,6 +23,7 @@ from kafkacompat.quotas import (
     SimpleRate,
     throttled_partitions,
 )
+from kafkacompat.replication.fetcher import ReplicaFetcher
 
 
 def manager(stored: dict) -> ClientQuotaManager:
@@ -122,3 +127,30 @@ def test_a_replication_quota_holds_back_only_named_partitions_over_its_bound():
     assert quota.exceeded(2.0)                 # a lowered rate applies at once
     named.configs["leader.replication.throttled.replicas"] = "1:1"
     assert quota.is_throttled(named, 1) and not quota.is_throttled(named, 0)   # so does a changed topic config
+
+
+def test_a_follower_leaves_out_throttled_partitions_not_caught_up_while_over_its_rate():
+    topic = TopicInfo("moving", uuid.uuid4(), 2, configs={"follower.replication.throttled.replicas": "0:3"})
+    quota = ReplicationQuota("FollowerReplication", "follower.replication.throttled.replicas", 3,
+                             lambda: 1000, samples=11, window=1.0)
+    partitions = {("moving", i): SimpleNamespace(topic="moving", index=i, is_leader=False, leader_id=1,
+                                                 log_end_offset=0, leader_epoch=0) for i in range(2)}
+    host = SimpleNamespace(node_id=3, config=BrokerConfig(replica_fetch_backoff_ms=250), partitions=partitions,
+                           follower_quota=quota, topic=lambda name: topic)
+    fetcher = ReplicaFetcher(host, leader_id=1)
+    for key in partitions:
+        fetcher.add(key)
+
+    def fetched() -> list[int]:
+        return [f.partition.index for f in fetcher._fetchable()[0]]
+
+    async def main():
+        assert fetched() == [0, 1]               # within the rate
+        quota.record(5000, trio.current_time())
+        ready, next_time = fetcher._fetchable()
+        assert [f.partition.index for f in ready] == [1]   # only the throttled one waits...
+        assert next_time == trio.current_time() + 0.25     # ...and is looked at again after the back-off
+        fetcher.caught_up.add(("moving", 0))
+        assert fetched() == [0, 1]               # a caught-up replica is never held back
+
+    trio.run(main, clock=MockClock())   # a clock that stands still unless told

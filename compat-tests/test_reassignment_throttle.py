@@ -48,8 +48,15 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture
 def admin(cluster):
-    client = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    return AdminClient({"bootstrap.servers": cluster.bootstrap})
+
+
+@pytest.fixture
+def kafka_admin(cluster):
+    """kafka-python's AdminClient: AlterPartitionReassignments / ListPartitionReassignments."""
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
     yield client
+    client.close()
 
 
 def create(admin: AdminClient, cluster, replicas: list[int], **configs: str) -> str:
@@ -135,8 +142,7 @@ SIDES = {
 
 @pytest.mark.parametrize("side", SIDES)
 def test_a_throttled_move_copies_no_faster_than_the_rate_and_completes_once_the_throttle_is_lifted(
-        cluster, admin, side):
-    kafka_admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30000)
+        cluster, admin, kafka_admin, side):
     # The throttled replicas are set when the topic is created: every broker knows them before
     # the move starts. One replica: no follower traffic while it is filled (a leader counts
     # the bytes of its throttled partitions to in-sync followers too, as Kafka's).
@@ -178,7 +184,6 @@ def test_a_throttled_move_copies_no_faster_than_the_rate_and_completes_once_the_
         if not kafka_admin.list_partition_reassignments() and all(
                 replicas_and_isr(cluster, moving, b) == ([3], [3]) for b in BROKERS):
             break
-    kafka_admin.close()
     messages = read_partition(cluster.bootstrap, moving, 0, MESSAGES, timeout=120)
     assert [m.offset() for m in messages] == list(range(MESSAGES))
     assert [m.value() for m in messages] == values

@@ -590,6 +590,18 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("replica.alter.log.dirs.io.max.bytes.per.second", _LONG, LONG_MAX, MEDIUM,
             "Bytes per second copied by moves between this broker's log directories (AlterReplicaLogDirs).",
             at_least(1), dynamic=True),
+    # Kafka defines these two in DynamicConfig.Broker only (set per broker or cluster-wide with
+    # IncrementalAlterConfigs, as kafka-reassign-partitions --throttle does).
+    _broker("leader.replication.throttled.rate", _LONG, LONG_MAX, MEDIUM,
+            "Bytes per second this broker sends, as a leader, of the replicas its topics' "
+            "leader.replication.throttled.replicas name.", at_least(0), dynamic=True),
+    _broker("follower.replication.throttled.rate", _LONG, LONG_MAX, MEDIUM,
+            "Bytes per second this broker fetches, as a follower, of the replicas its topics' "
+            "follower.replication.throttled.replicas name.", at_least(0), dynamic=True),
+    _broker("replication.quota.window.num", _INT, "11", LOW,
+            "The number of samples kept for the replication throttles' rates.", at_least(1)),
+    _broker("replication.quota.window.size.seconds", _INT, "1", LOW,
+            "The time span of each replication throttle sample.", at_least(1)),
     _broker("replica.fetch.wait.max.ms", _INT, "500", MEDIUM, "Max wait of a follower fetch request."),
     _broker("replica.fetch.min.bytes", _INT, "1", HIGH, "Minimum bytes of a follower fetch response."),
     _broker("replica.fetch.backoff.ms", _INT, "1000", MEDIUM, "Sleep after a follower fetch error.", at_least(0)),
@@ -764,11 +776,11 @@ _TOPIC_CONFIG_LIST: tuple[TopicConfigKey, ...] = (
     _topic("flush.ms", _LONG, LONG_MAX, "Max time a message waits before the log is fsynced.",
            at_least(0), "log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
     _topic("follower.replication.throttled.replicas", _LIST, "", "Replicas whose follower fetches are throttled.",
-           throttled_replica_list, applied=False),
+           throttled_replica_list),
     _topic("index.interval.bytes", _INT, "4096", "Bytes between entries of the offset index.",
            at_least(0), "log.index.interval.bytes"),
     _topic("leader.replication.throttled.replicas", _LIST, "", "Replicas whose leader side is throttled.",
-           throttled_replica_list, applied=False),
+           throttled_replica_list),
     _topic("local.retention.bytes", _LONG, "-2", "Tiered storage: local retention size; -2 = retention.bytes.",
            at_least(-2), "log.local.retention.bytes", applied=False),
     _topic("local.retention.ms", _LONG, "-2", "Tiered storage: local retention time; -2 = retention.ms.",

@@ -37,6 +37,18 @@ From CreateTopics v6, CreatePartitions v3 and DeleteTopics v5 the quota is stric
 refused with THROTTLING_QUOTA_EXCEEDED while the bucket is empty (the one that empties it is
 allowed, so a large topic is never refused forever); older versions are recorded and throttled
 only. The throttle time is what the bucket owes, over the quota.
+
+Replication throttles (``ReplicationQuota``, Kafka's ReplicationQuotaManager, one for the leader
+side and one for the follower side of this broker) hold back the copying of chosen replicas, so a
+partition reassignment does not starve clients. A topic's ``leader.replication.throttled.replicas``
+/ ``follower.replication.throttled.replicas`` name them (``*``: every partition of the topic, or
+``partition:brokerId`` entries, of which a broker takes those naming itself); the dynamic broker
+configs ``leader.replication.throttled.rate`` / ``follower.replication.throttled.rate`` bound the
+bytes per second of all of them together, measured by a SimpleRate over
+``replication.quota.window.num`` windows of ``replication.quota.window.size.seconds``. A leader
+answers a follower's fetch of a throttled partition empty while its rate is over the bound, and a
+follower leaves such partitions out of its fetches while its own is; a replica in the ISR is never
+held back (Kafka: it would thrash the ISR), and partitions not named are never held back at all.
 """
 
 from __future__ import annotations
@@ -53,6 +65,7 @@ from kafkacompat.controller.store import StoreError
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.topics import TopicInfo
     from kafkacompat.controller.client_quotas import ClientQuotaStore
 
 log = logging.getLogger("kafkacompat.quotas")
@@ -105,7 +118,68 @@ class Rate:
         return max(elapsed, 0.001)   # Kafka's 1 ms floor: one sample, at its very start, spans nothing
 
     def measure(self, now: float) -> float:
-        return sum(self.values) / self.span(now)
+        span = self.span(now)   # purges the expired samples first: they must not be summed
+        return sum(self.values) / span
+
+
+class SimpleRate(Rate):
+    """Kafka's SimpleRate (the replication quotas' stat): the samples divided by the time since
+    the oldest one started, at least one window. Unlike Rate it assumes no quiet history, so
+    the first bytes of a throttled copy already count at their full weight."""
+
+    __slots__ = ()
+
+    def span(self, now: float) -> float:
+        self._purge(now)
+        return max(now - (self.starts[0] if self.starts else now), self.window)
+
+
+def throttled_partitions(value: str, node_id: int) -> frozenset[int] | None:
+    """The partitions a throttled-replicas value names for this broker; None for ``*`` (all)."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if items == ["*"]:
+        return None
+    partitions = set()
+    for item in items:
+        partition, _, broker = item.partition(":")
+        try:
+            if int(broker) == node_id:
+                partitions.add(int(partition))
+        except ValueError:
+            continue   # refused when altered (config.throttled_replica_list); a stray entry throttles nothing
+    return frozenset(partitions)
+
+
+class ReplicationQuota:
+    """One side's replication throttle (see the module docstring). ``bound`` is read at each
+    check, so a changed dynamic rate applies at once; so is the topic's config."""
+
+    def __init__(self, name: str, replicas_key: str, node_id: int, bound: Callable[[], int],
+                 samples: int, window: float) -> None:
+        self.name = name   # "LeaderReplication" / "FollowerReplication", as Kafka's metrics group
+        self.replicas_key = replicas_key
+        self.node_id = node_id
+        self.bound = bound
+        self.rate = SimpleRate(samples, window)
+        self._parsed: dict[str, tuple[str, frozenset[int] | None]] = {}   # topic -> (value, its partitions)
+
+    def is_throttled(self, topic: "TopicInfo | None", index: int) -> bool:
+        value = topic.configs.get(self.replicas_key) if topic is not None else None
+        if not value:
+            return False
+        cached = self._parsed.get(topic.name)
+        if cached is None or cached[0] != value:
+            cached = self._parsed[topic.name] = (value, throttled_partitions(value, self.node_id))
+        return cached[1] is None or index in cached[1]
+
+    def exceeded(self, now: float) -> bool:
+        return self.rate.measure(now) > self.bound()
+
+    def record(self, size: int, now: float) -> None:
+        self.rate.record(size, now)
+
+    def measure(self, now: float) -> float:
+        return self.rate.measure(now)
 
 
 def rate_throttle_ms(rate: Rate, bound: float, now: float, max_throttle_ms: int | None = None) -> int:

@@ -1,13 +1,29 @@
 """Client quota enforcement (quotas.py): Kafka's entity precedence and shared sensors, its Rate
-over quota.window.num samples, and the KIP-219 throttle time, with explicit clock values."""
+over quota.window.num samples, and the KIP-219 throttle time, with explicit clock values; the
+replication throttles' SimpleRate, throttled-replica lists and the follower's holding back."""
 
 from __future__ import annotations
 
+import uuid
+from types import SimpleNamespace
+
 import pytest
+import trio
+from trio.testing import MockClock
 
 from kafkacompat.config import BrokerConfig
 from kafkacompat.controller.client_quotas import QuotaEntity
-from kafkacompat.quotas import DEFAULT, ClientQuotaManager, QuotaType, Rate
+from kafkacompat.controller.topics import TopicInfo
+from kafkacompat.quotas import (
+    DEFAULT,
+    ClientQuotaManager,
+    QuotaType,
+    Rate,
+    ReplicationQuota,
+    SimpleRate,
+    throttled_partitions,
+)
+from kafkacompat.replication.fetcher import ReplicaFetcher
 
 
 def manager(stored: dict) -> ClientQuotaManager:
@@ -70,3 +86,71 @@ def test_a_steady_client_at_its_quota_is_not_throttled(samples):
     produce.set_quotas({("u", None): 1000.0})
     throttles = [produce.record("u", "c", 100, now=t / 10) for t in range(1, 200)]
     assert max(throttles) <= 100
+
+
+def test_a_rate_measured_after_a_quiet_spell_leaves_out_its_expired_samples():
+    rate = Rate(samples=3, window=1.0)
+    rate.record(3000, 0.0)
+    rate.record(1000, 2.5)
+    assert rate.measure(3.5) == 1000 / 2.0   # the sample started at 0 expired at 3: only 1000 is left
+    assert rate.measure(10.0) == 0.0
+
+
+def test_a_simple_rate_counts_the_first_bytes_at_their_full_weight():
+    rate = SimpleRate(samples=11, window=1.0)
+    rate.record(1000, 0.0)
+    assert rate.measure(0.0) == 1000 / 1.0    # at least one window, not samples - 1 of them
+    assert rate.measure(4.0) == 1000 / 4.0    # the time since the oldest sample began
+    assert rate.measure(11.0) == 0.0          # expired
+
+
+def test_throttled_replicas_name_partitions_of_this_broker_or_all():
+    assert throttled_partitions("*", 1) is None
+    assert throttled_partitions("0:1, 1:2,2:1", 1) == {0, 2}
+    assert throttled_partitions("0:2", 1) == frozenset()
+
+
+def test_a_replication_quota_holds_back_only_named_partitions_over_its_bound():
+    bound = [10_000]
+    quota = ReplicationQuota("LeaderReplication", "leader.replication.throttled.replicas", 1,
+                             lambda: bound[0], samples=11, window=1.0)
+    named = TopicInfo("moving", uuid.uuid4(), 3, configs={"leader.replication.throttled.replicas": "0:1,1:2"})
+    everything = TopicInfo("all", uuid.uuid4(), 2, configs={"leader.replication.throttled.replicas": "*"})
+    plain = TopicInfo("plain", uuid.uuid4(), 1)
+    assert quota.is_throttled(named, 0) and not quota.is_throttled(named, 1) and not quota.is_throttled(named, 2)
+    assert quota.is_throttled(everything, 1) and not quota.is_throttled(plain, 0) and not quota.is_throttled(None, 0)
+    assert not quota.exceeded(0.0)
+    quota.record(20_000, 0.0)
+    assert quota.exceeded(1.0)                 # 20 000 bytes in 1 s
+    assert not quota.exceeded(2.0)             # 10 000 / s: at the bound
+    bound[0] = 1_000
+    assert quota.exceeded(2.0)                 # a lowered rate applies at once
+    named.configs["leader.replication.throttled.replicas"] = "1:1"
+    assert quota.is_throttled(named, 1) and not quota.is_throttled(named, 0)   # so does a changed topic config
+
+
+def test_a_follower_leaves_out_throttled_partitions_not_caught_up_while_over_its_rate():
+    topic = TopicInfo("moving", uuid.uuid4(), 2, configs={"follower.replication.throttled.replicas": "0:3"})
+    quota = ReplicationQuota("FollowerReplication", "follower.replication.throttled.replicas", 3,
+                             lambda: 1000, samples=11, window=1.0)
+    partitions = {("moving", i): SimpleNamespace(topic="moving", index=i, is_leader=False, leader_id=1,
+                                                 log_end_offset=0, leader_epoch=0) for i in range(2)}
+    host = SimpleNamespace(node_id=3, config=BrokerConfig(replica_fetch_backoff_ms=250), partitions=partitions,
+                           follower_quota=quota, topic=lambda name: topic)
+    fetcher = ReplicaFetcher(host, leader_id=1)
+    for key in partitions:
+        fetcher.add(key)
+
+    def fetched() -> list[int]:
+        return [f.partition.index for f in fetcher._fetchable()[0]]
+
+    async def main():
+        assert fetched() == [0, 1]               # within the rate
+        quota.record(5000, trio.current_time())
+        ready, next_time = fetcher._fetchable()
+        assert [f.partition.index for f in ready] == [1]   # only the throttled one waits...
+        assert next_time == trio.current_time() + 0.25     # ...and is looked at again after the back-off
+        fetcher.caught_up.add(("moving", 0))
+        assert fetched() == [0, 1]               # a caught-up replica is never held back
+
+    trio.run(main, clock=MockClock())   # a clock that stands still unless told

@@ -91,6 +91,24 @@ def _count_bytes_out(ctx: RequestContext, request: FetchRequestData, topics: lis
                 metrics.fetched(topic.name or _topic_name(ctx)(topic.topic_id) or str(topic.topic_id), size)
 
 
+def _record_throttled_replication(ctx: RequestContext, request: FetchRequestData,
+                                  topics: list[FetchTopicResult]) -> None:
+    """Kafka's sizeOfThrottledPartitions: a follower's answer counts against the leader's
+    replication throttle with the bytes of its throttled partitions (those of in-sync replicas too)."""
+    if request.replica_id < 0:
+        return
+    quota = ctx.replicas.leader_quota
+    size = 0
+    for topic in topics:
+        sizes = [(result.index, result.records_size) for result in topic.partitions if result.records_size]
+        if not sizes:
+            continue
+        info = ctx.metadata.topic(topic.name) if topic.name else ctx.metadata.topic_by_id(topic.topic_id)
+        size += sum(records for index, records in sizes if quota.is_throttled(info, index))
+    if size:
+        quota.record(size, trio.current_time())
+
+
 @handles(FETCH, 0, 18, decode=_decode, encode=_encode, error_response=_error_response)
 async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchResponseData:
     if ctx.version < MAGIC_2_SINCE_FETCH_VERSION:
@@ -110,6 +128,7 @@ async def handle_fetch(request: FetchRequestData, ctx: RequestContext) -> FetchR
                 await ctx.throttle_for_quota(throttle_ms, THROTTLED_BY_CLIENT_SINCE)
                 return FetchResponseData([], error, session_id, throttle_time_ms=throttle_ms)
             _count_bytes_out(ctx, request, topics)
+            _record_throttled_replication(ctx, request, topics)
             error, session_id, topics = session.respond(topics)
             return FetchResponseData(topics, error, session_id, node_endpoints=_leader_endpoints(ctx, topics))
         await _wait_for_data(partitions, deadline)
@@ -336,6 +355,8 @@ def _read_partition(ctx, request, topic, wanted, remaining: int, *, min_one_batc
         limit = max(0, min(wanted.partition_max_bytes, remaining))
         read = None
         aborted = None
+        if replica_id >= 0 and ctx.replicas.should_leader_throttle(partition, topic, replica_id):
+            limit, min_one_batch = 0, False   # answered without data: the leader's replication throttle
         if limit > 0 or min_one_batch:
             if replica_id >= 0:
                 read = partition.read_for_replica(wanted.fetch_offset, limit, min_one_batch=min_one_batch)

@@ -11,6 +11,8 @@ import resource
 import time
 from typing import TYPE_CHECKING, Iterable
 
+import trio
+
 from kafkacompat.http import views
 from kafkacompat.http.routing import HttpContext, route
 from kafkacompat.http.server import Request, Response
@@ -32,6 +34,7 @@ def render(services: "Services") -> str:
     _topic_counters(lines, services)
     _request_metrics(lines, services)
     _log_gauges(lines, services)
+    _replication_throttles(lines, services)
     _group_lag(lines, services)
     _client_telemetry(lines, services)
     _process_metrics(lines)
@@ -99,6 +102,16 @@ def _log_gauges(lines: list[str], services: "Services") -> None:
     metadata = services.metadata
     lines.append(f"kafka_controller_kafkacontroller_activecontrollercount "
                  f"{int(metadata.controller_id == metadata.node_id)}")
+
+
+def _replication_throttles(lines: list[str], services: "Services") -> None:
+    """Kafka's LeaderReplication / FollowerReplication byte-rate: the bytes per second of the
+    throttled replicas (replication throttles, quotas.py), over the quota windows."""
+    now = trio.current_time()
+    for quota in (services.replicas.leader_quota, services.replicas.follower_quota):
+        name = f"kafka_server_{quota.name.lower()}_byte_rate"
+        _family(lines, name, "gauge", f"Bytes per second of throttled replicas ({quota.name})")
+        lines.append(f"{name} {quota.measure(now)!r}")
 
 
 def _group_lag(lines: list[str], services: "Services") -> None:

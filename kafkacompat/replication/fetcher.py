@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig
     from kafkacompat.controller.state import BrokerInfo
     from kafkacompat.controller.topics import TopicInfo
+    from kafkacompat.quotas import ReplicationQuota
     from kafkacompat.replication.partition import Partition
 
 log = logging.getLogger("kafkacompat.replication.fetcher")
@@ -71,6 +72,7 @@ class FetcherHost(Protocol):
     node_id: int
     config: "BrokerConfig"
     partitions: "dict[tuple[str, int], Partition]"
+    follower_quota: "ReplicationQuota"
 
     def brokers(self) -> "dict[int, BrokerInfo]": ...
 
@@ -181,6 +183,7 @@ class ReplicaFetcher:
         self.replicas = host
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], float] = {}  # key -> do not fetch before (trio time)
+        self.caught_up: set[tuple[str, int]] = set()  # reached the leader's high watermark at the last fetch
         self.cancel_scope = trio.CancelScope()
         self._changed = trio.Event()
         self.connected_version: int | None = None
@@ -190,10 +193,12 @@ class ReplicaFetcher:
 
     def add(self, key: tuple[str, int]) -> None:
         self.partitions[key] = 0.0
+        self.caught_up.discard(key)
         self._changed.set()
 
     def remove(self, key: tuple[str, int]) -> None:
         self.partitions.pop(key, None)
+        self.caught_up.discard(key)
         self._changed.set()
 
     def stop(self) -> None:
@@ -266,11 +271,21 @@ class ReplicaFetcher:
             partition = self.replicas.partitions.get(key)
             if partition is None or partition.is_leader or partition.leader_id != self.leader_id:
                 continue
+            if not_before <= now and self._follower_throttled(key, partition, now):
+                # Kafka's fetcher leaves it out and looks again after replica.fetch.backoff.ms
+                not_before = now + self._config.replica_fetch_backoff_ms / 1000
             if not_before > now:
                 next_time = not_before if next_time is None else min(next_time, not_before)
                 continue
             ready.append(_Fetching(partition, partition.log_end_offset, partition.leader_epoch))
         return ready, next_time
+
+    def _follower_throttled(self, key: tuple[str, int], partition: "Partition", now: float) -> bool:
+        """Kafka's shouldFollowerThrottle: a throttled replica not caught up, while the follower
+        throttle's rate is over its bound."""
+        quota = self.replicas.follower_quota
+        return (key not in self.caught_up and quota.is_throttled(self.replicas.topic(key[0]), key[1])
+                and quota.exceeded(now))
 
     async def _fetch_once(self, conn: _Connection, version: int, timeout: float) -> None:
         ready, next_time = self._fetchable()
@@ -337,7 +352,12 @@ class ReplicaFetcher:
                     view, headers = replica_batches(result.records[0])
                     if headers:
                         partition.append_as_follower(view, headers)
+                        self._record_throttled(key, len(view))
                 partition.update_follower_high_watermark(result.high_watermark)
+                if partition.log_end_offset >= result.high_watermark:
+                    self.caught_up.add(key)
+                else:
+                    self.caught_up.discard(key)
                 if result.log_start_offset > partition.log_start_offset:
                     self._follow_log_start(partition, result.log_start_offset)
             elif code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -350,6 +370,11 @@ class ReplicaFetcher:
         except KafkaError as exc:
             log.warning("%s: %s at %d: %s", self, partition, fetching.fetch_offset, exc)
             self._backoff(key)
+
+    def _record_throttled(self, key: tuple[str, int], size: int) -> None:
+        quota = self.replicas.follower_quota
+        if quota.is_throttled(self.replicas.topic(key[0]), key[1]):
+            quota.record(size, trio.current_time())
 
     def _follow_log_start(self, partition: "Partition", leader_log_start: int) -> None:
         """The leader's log start moved up (DeleteRecords or its retention): ours follows, and

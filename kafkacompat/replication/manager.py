@@ -18,6 +18,7 @@ import trio
 from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id
 from kafkacompat.log import LogConfig, LogManager
 from kafkacompat.log.manager import AllLogDirsFailed
+from kafkacompat.quotas import ReplicationQuota
 from kafkacompat.replication import log_dirs
 from kafkacompat.replication.fetcher import ReplicaFetcherManager
 from kafkacompat.replication.partition import Partition
@@ -49,6 +50,12 @@ class ReplicaManager:
         self.brokers = brokers
         self.isr_client = isr_client
         self.partitions: dict[tuple[str, int], Partition] = {}
+        samples, window = config.replication_quota_window_num, float(config.replication_quota_window_size_seconds)
+        self.leader_quota = ReplicationQuota("LeaderReplication", "leader.replication.throttled.replicas", node_id,
+                                             lambda: self.config.leader_replication_throttled_rate, samples, window)
+        self.follower_quota = ReplicationQuota(
+            "FollowerReplication", "follower.replication.throttled.replicas", node_id,
+            lambda: self.config.follower_replication_throttled_rate, samples, window)
         self.fetchers = ReplicaFetcherManager(self)
         self.moves = log_dirs.LogDirMoves(logs, self.partitions, lambda: self.config.replica_fetch_max_bytes,
                                           lambda: self.config.replica_alter_log_dirs_io_max_bytes_per_second)
@@ -71,6 +78,12 @@ class ReplicaManager:
 
     def checkpoint_log_start_offsets(self, advanced: "Mapping[tuple[str, int], int] | None" = None) -> None:
         self.logs.checkpoint_log_start_offsets(advanced)
+
+    def should_leader_throttle(self, partition: Partition, topic: TopicInfo | None, replica_id: int) -> bool:
+        """Kafka's ReplicaManager.shouldLeaderThrottle: a follower's fetch of this partition is
+        answered without data (replication throttles, quotas.py)."""
+        return (replica_id not in partition.isr and self.leader_quota.is_throttled(topic, partition.index)
+                and self.leader_quota.exceeded(trio.current_time()))
 
     # ---- opening partitions --------------------------------------------------------------------
 

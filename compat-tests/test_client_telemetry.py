@@ -440,3 +440,26 @@ def test_acls_guard_subscriptions_not_telemetry(broker_factory):
         subscribed = get_subscriptions(conn)
         assert subscribed.error_code == NONE
         assert push(conn, subscribed.client_instance_id, subscribed.subscription_id) == NONE
+
+
+def advertised(bootstrap: str) -> set[int]:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    with RawConnection(bootstrap) as conn:  # ApiVersions answers with a v0 header at every version
+        response = conn.call(ApiVersionsRequest(client_software_name="compat-tests", client_software_version="1"),
+                             ApiVersionsResponse, 3)
+    return {entry.api_key for entry in response.api_keys}
+
+
+def test_the_telemetry_apis_are_advertised_only_while_a_subscription_exists(broker_factory):
+    """Kafka advertises GetTelemetrySubscriptions and PushTelemetry only with a telemetry receiver;
+    here they are advertised to new connections while some subscription exists, so that clients
+    do not ask for subscriptions (and librdkafka does not log about it) when there is nothing to push."""
+    broker = broker_factory()
+    assert not advertised(broker.bootstrap) & {GET_SUBSCRIPTIONS, PUSH}
+    assert LIST_CONFIG_RESOURCES in advertised(broker.bootstrap)
+    with RawConnection(broker.bootstrap) as conn:
+        subscribe(conn, "sub-advertised", metrics="*")
+        assert {GET_SUBSCRIPTIONS, PUSH} <= advertised(broker.bootstrap)
+        unsubscribe(conn, "sub-advertised")
+    assert not advertised(broker.bootstrap) & {GET_SUBSCRIPTIONS, PUSH}

@@ -15,8 +15,23 @@ API_VERSIONS = 18
 log = logging.getLogger("kafkacompat.features")
 
 
+GET_TELEMETRY_SUBSCRIPTIONS = 71
+PUSH_TELEMETRY = 72
+
+
 def served_versions() -> list[tuple[int, int, int]]:
     return sorted((h.api_key, h.min_version, h.max_version) for h in REGISTRY.values())
+
+
+def advertised_versions(telemetry_wanted: bool) -> list[tuple[int, int, int]]:
+    """What ApiVersions lists: every served API, but the client telemetry pair (KIP-714) only
+    while some client-metrics subscription exists. Kafka leaves the pair out unless a telemetry
+    receiver is configured, and a client that sees it asks for subscriptions (librdkafka logs a
+    line at every start for it) even when there is nothing to push."""
+    served = served_versions()
+    if telemetry_wanted:
+        return served
+    return [entry for entry in served if entry[0] not in (GET_TELEMETRY_SUBSCRIPTIONS, PUSH_TELEMETRY)]
 
 
 @handles(API_VERSIONS, 0, 4)
@@ -36,7 +51,8 @@ async def handle_api_versions(request, ctx: RequestContext):
         API_VERSIONS,
         ctx,
         error_code=0,
-        api_keys=[response.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in served_versions()],
+        api_keys=[response.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+                  for k, lo, hi in advertised_versions(bool(ctx.services.telemetry.subscriptions))],
         throttle_time_ms=0,
         supported_features=[response.SupportedFeatureKey(name=f.name, min_version=f.min_version, max_version=f.max_version)
                             for f in features.supported_features()],

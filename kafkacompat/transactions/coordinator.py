@@ -80,6 +80,14 @@ def _append_error(code: int) -> int:
     return code
 
 
+SETTLE_WAIT_S = 0.1  # how long AddPartitionsToTxn waits for the id's change in flight before CONCURRENT_TRANSACTIONS
+
+
+def _changing(metadata: TransactionMetadata) -> bool:
+    """A change of the id is being written, or its transaction's markers are."""
+    return metadata.pending_state is not None or metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
 class TransactionCoordinator:
     def __init__(self, config: "BrokerConfig", state_log: "OffsetsLog", producer_ids: "ProducerIdManager",
                  markers: MarkerWriter | None, *, clustered: bool,
@@ -97,6 +105,7 @@ class TransactionCoordinator:
         self.loading: set[int] = set()
         self._background: trio.Nursery | None = None
         self._queued: list[tuple] = []  # marker work found before run() started (load at start-up)
+        self._changed = trio.Event()  # set (and replaced) whenever a transactional id's state change ends
 
     # ---- __transaction_state -------------------------------------------------------------------
 
@@ -156,6 +165,8 @@ class TransactionCoordinator:
             metadata.abandon()
         else:
             metadata.complete(transit)
+        self._changed.set()
+        self._changed = trio.Event()
         return error
 
     async def _append(self, transactional_id: str, value: bytes | None) -> int:
@@ -404,10 +415,10 @@ class TransactionCoordinator:
     async def add_partitions(self, tid: str, producer_id: int, epoch: int, partitions: set[tuple[str, int]],
                              transaction_version: int = TV0) -> int:
         """handleAddPartitionsToTransaction: one error for all the partitions."""
-        error, metadata = self._check_producer(tid, producer_id, epoch)
+        error, metadata = await self._check_producer_once_settled(tid, producer_id, epoch)
         if metadata is None:
             return error
-        if metadata.pending_state is not None or metadata.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+        if _changing(metadata):
             return ErrorCode.CONCURRENT_TRANSACTIONS
         if metadata.state == TxnState.ONGOING and partitions <= metadata.partitions:
             return ErrorCode.NONE
@@ -415,6 +426,21 @@ class TransactionCoordinator:
             if metadata.state == TxnState.ONGOING else transaction_version
         transit = metadata.prepare_add_partitions(partitions, self.wall_clock(), version)
         return await self._write(metadata, transit, self._coordinator_epoch(tid))
+
+    async def _check_producer_once_settled(self, tid: str, producer_id: int,
+                                           epoch: int) -> tuple[int, TransactionMetadata | None]:
+        """_check_producer, once the id's change in flight is written (its previous transaction's
+        markers and CompleteCommit, typically: a producer begins its next transaction as soon as
+        EndTxn is answered), waiting at most SETTLE_WAIT_S. Kafka answers CONCURRENT_TRANSACTIONS
+        at once, which librdkafka retries only after retry.backoff.ms (100 ms): one such retry per
+        few dozen transactions cost more than the broker's whole work for them."""
+        deadline = trio.current_time() + SETTLE_WAIT_S
+        while True:
+            error, metadata = self._check_producer(tid, producer_id, epoch)
+            if metadata is None or not _changing(metadata) or trio.current_time() >= deadline:
+                return error, metadata
+            with trio.move_on_at(deadline):
+                await self._changed.wait()
 
     def verify_partitions(self, tid: str, producer_id: int, epoch: int,
                           partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:

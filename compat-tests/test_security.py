@@ -725,3 +725,37 @@ def test_sarama(secure, sarama_cli, listener):  # noqa: F811 (the fixture)
         "count": 1, "timeoutMs": 20000, "fetchDefault": 0, **extra})
     assert "error" not in result and result["errors"] == [], result
     assert [base64.b64decode(m["value"]) for m in result["messages"]] == [b"from sarama"]
+
+
+@pytest.mark.parametrize("store_type", ["JKS", "PKCS12"])
+def test_a_broker_with_java_key_stores_serves_mtls(tmp_path, store_type):
+    """server.properties as a Kafka user writes it: JKS (Kafka's default type) or PKCS12 key and
+    trust stores made with keytool, ssl.client.auth=required; a confluent-kafka client with a
+    client certificate produces and consumes over it."""
+    from kafkacompat.testing.certs import java_key_store, java_trust_store
+
+    authority = CertificateAuthority(tmp_path / "certs")
+    server = authority.issue("server", "/CN=localhost", server=True)
+    client = authority.issue("client", "/O=Example/CN=bob")
+    key_store = java_key_store(server, authority, store_type, "store-secret")
+    trust_store = java_trust_store([authority.cert], tmp_path / f"trust.{store_type.lower()}", store_type,
+                                   "trust-secret")
+    ssl_port, plain_port = distinct_free_ports(2)
+    properties = tmp_path / "server.properties"
+    properties.write_text("\n".join([
+        f"listeners=PLAINTEXT://127.0.0.1:{plain_port},SSL://127.0.0.1:{ssl_port}",
+        f"ssl.keystore.type={store_type}", f"ssl.keystore.location={key_store}",
+        "ssl.keystore.password=store-secret", "ssl.key.password=store-secret",
+        f"ssl.truststore.type={store_type}", f"ssl.truststore.location={trust_store}",
+        "ssl.truststore.password=trust-secret", "ssl.client.auth=required",
+    ]) + "\n")
+    broker = BrokerProcess(tmp_path / "data", port=plain_port, extra_args=["--config", str(properties)]).start()
+    try:
+        conf = {"bootstrap.servers": f"127.0.0.1:{ssl_port}", "security.protocol": "SSL",
+                "ssl.ca.location": str(authority.cert), "ssl.certificate.location": str(client.cert),
+                "ssl.key.location": str(client.key), "socket.timeout.ms": 10000}
+        topic = _topic(f"jks-{store_type.lower()}")
+        assert confluent_roundtrip(conf, topic) == [f"m{i}".encode() * 200 for i in range(3)]
+        assert "store-secret" not in broker.output() and "trust-secret" not in broker.output()
+    finally:
+        broker.kill()

@@ -24,6 +24,8 @@ command -v go >/dev/null 2>&1 || missing+=(golang-go)
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 # the openssl command line makes the TLS tests' certificates (kafkacompat/testing/certs.py).
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# Java's keytool makes the JKS and PKCS12 stores a Kafka user has (kafkacompat/testing/certs.py).
+command -v keytool >/dev/null 2>&1 || missing+=(default-jre-headless)
 # iproute2 and nftables for the network-partition tests (hosts in network namespaces, run as root).
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v nft >/dev/null 2>&1 || missing+=(nftables)

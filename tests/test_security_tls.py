@@ -13,7 +13,7 @@ from kafkacompat.config import BrokerConfig, StartupError
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.security.principal_mapping import PrincipalMapper
 from kafkacompat.security.tls import certificate_principal, server_context
-from kafkacompat.testing.certs import CertificateAuthority
+from kafkacompat.testing.certs import CertificateAuthority, java_key_store, java_trust_store
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,8 @@ def test_enabled_protocols_and_cipher_suites(pki):
 
 @pytest.mark.parametrize("settings, says", [
     ({"ssl.keystore.location": None}, "has no certificate"),
-    ({"ssl.keystore.type": "JKS"}, "reads PEM key stores only"),
+    ({"ssl.keystore.type": "JKS"}, "cannot read the JKS key store .*it is not a JKS store"),
+    ({"ssl.keystore.type": "JCEKS"}, "reads JKS, PKCS12 and PEM key stores"),
     ({"ssl.key.password": "wrong"}, "cannot load the key store"),
     ({"ssl.client.auth": "required", "ssl.truststore.location": None}, "has no trust store"),
     ({"ssl.enabled.protocols": "SSLv3"}, "ssl.enabled.protocols"),
@@ -128,3 +129,50 @@ def test_sasl_ssl_listeners_take_client_auth_only_from_their_prefix(pki, caplog)
     prefixed = _config(authority, server, **{"listeners": "SASL_SSL://127.0.0.1:0",
                                              "listener.name.sasl_ssl.ssl.client.auth": "required"})
     assert server_context(prefixed, "SASL_SSL", "SASL_SSL").verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize("store_type", ["JKS", "PKCS12"])
+def test_java_key_and_trust_stores_made_by_keytool(pki, tmp_path, store_type):
+    """Kafka's default store type is JKS; keytool's is PKCS12. Both, made by Java's keytool, serve
+    the listener's certificate and its trust store verifies client certificates."""
+    authority, server, client = pki
+    key_store = java_key_store(server, authority, store_type, "store-secret", identity_key_password="kp",
+                               key_password="key-secret" if store_type == "JKS" else None)
+    trust_store = java_trust_store([authority.cert], tmp_path / f"trust.{store_type.lower()}", store_type, "trust-secret")
+    context = server_context(_config(authority, server, **{
+        "ssl.keystore.type": store_type, "ssl.keystore.location": str(key_store),
+        "ssl.keystore.password": "store-secret",
+        "ssl.key.password": "key-secret" if store_type == "JKS" else "store-secret",
+        "ssl.truststore.type": store_type, "ssl.truststore.location": str(trust_store),
+        "ssl.truststore.password": "trust-secret", "ssl.client.auth": "required"}), "SSL")
+    server_side = _handshake(context, _client(authority, client))
+    assert certificate_principal(server_side, PrincipalMapper("DEFAULT")) == KafkaPrincipal("User", "CN=svc,O=Example")
+    with pytest.raises(ssl.SSLError):
+        _handshake(context, _client(authority))  # ssl.client.auth=required, no client certificate
+
+
+def test_a_jks_key_password_defaults_to_the_store_password(pki):
+    authority, server, client = pki
+    key_store = java_key_store(server, authority, "JKS", "same-secret", identity_key_password="kp")
+    context = server_context(_config(authority, server, **{
+        "ssl.keystore.type": "JKS", "ssl.keystore.location": str(key_store),
+        "ssl.keystore.password": "same-secret", "ssl.key.password": None}), "SSL")
+    assert _handshake(context, _client(authority)).version()
+
+
+@pytest.mark.parametrize("store_type, settings, says", [
+    ("JKS", {"ssl.keystore.password": "wrong"}, "integrity check failed: the store password is wrong"),
+    ("JKS", {"ssl.key.password": "wrong"}, "does not open with the key password"),
+    ("PKCS12", {"ssl.keystore.password": "wrong"}, "the store password is wrong"),
+    ("PKCS12", {"ssl.keystore.location": "/nonexistent/store.p12"}, "cannot read the PKCS12 key store"),
+])
+def test_unreadable_java_key_stores_say_why(pki, store_type, settings, says):
+    authority, server, _ = pki
+    key_store = java_key_store(server, authority, store_type, "store-secret", identity_key_password="kp",
+                               key_password="key-secret" if store_type == "JKS" else None)
+    base = {"ssl.keystore.type": store_type, "ssl.keystore.location": str(key_store),
+            "ssl.keystore.password": "store-secret",
+            "ssl.key.password": "key-secret" if store_type == "JKS" else "store-secret"}
+    base.update(settings)
+    with pytest.raises(StartupError, match=says):
+        server_context(_config(authority, server, **base), "SSL")

@@ -2,8 +2,9 @@
 Kafka's ssl.* keys (PEM key stores and trust stores, from files or inline), the client context of
 the inter-broker connections, and the principal of a client certificate.
 
-Kafka's key store types JKS and PKCS12 are Java formats; kafkacompat reads PEM
-(``ssl.keystore.type=PEM``): a file with the private key and the certificate chain, or the two
+Key and trust stores as Kafka's: JKS (Kafka's default type) and PKCS12 files opened with
+``ssl.keystore.password`` / ``ssl.key.password`` / ``ssl.truststore.password`` (keystores.py), or
+PEM (``ssl.keystore.type=PEM``): a file with the private key and the certificate chain, or the two
 inline in ``ssl.keystore.key`` / ``ssl.keystore.certificate.chain``; an encrypted PKCS#8 key is
 opened with ``ssl.key.password``.
 """
@@ -17,6 +18,7 @@ import tempfile
 from typing import TYPE_CHECKING, Callable
 
 from kafkacompat.config import StartupError
+from kafkacompat.security.keystores import KeyStoreError, key_store_pem, trust_store_pem
 from kafkacompat.security.principal import ANONYMOUS, KafkaPrincipal
 from kafkacompat.security.principal_mapping import PrincipalMapper, distinguished_name
 
@@ -30,6 +32,7 @@ _PROTOCOL_VERSIONS = {
     "TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3,
 }
 _CLIENT_AUTH = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL, "none": ssl.CERT_NONE}
+JAVA_STORE_TYPES = ("JKS", "PKCS12")
 
 
 def server_context(config: "BrokerConfig", listener: str, protocol: str = "SSL") -> ssl.SSLContext:
@@ -81,10 +84,21 @@ def _load_key_store(context: ssl.SSLContext, value: Callable, listener: str) -> 
         raise StartupError(f"Listener {listener} serves TLS but has no certificate: set ssl.keystore.type=PEM and "
                            "ssl.keystore.location (or ssl.keystore.certificate.chain and ssl.keystore.key), also "
                            f"as listener.name.{listener.lower()}.<key>")
-    if store_type != "PEM":
-        raise StartupError(f"{_key(listener, 'ssl.keystore.type')} is {store_type or 'unset'}: kafkacompat reads PEM key "
-                           "stores only (convert a JKS/PKCS12 store with keytool/openssl and set ssl.keystore.type=PEM)")
     password = value("ssl.key.password")
+    if store_type in JAVA_STORE_TYPES:
+        if not location:
+            raise StartupError(f"{_key(listener, 'ssl.keystore.type')} is {store_type}: set ssl.keystore.location "
+                               "(inline certificates need ssl.keystore.type=PEM)")
+        try:
+            key_pem, chain_pem = key_store_pem(location, store_type, value("ssl.keystore.password"), password)
+        except (OSError, KeyStoreError) as exc:
+            raise StartupError(f"Listener {listener}: cannot read the {store_type} key store {location}: "
+                               f"{_reason(exc)}") from None
+        _load_inline_chain(context, chain_pem, key_pem, None)
+        return
+    if store_type != "PEM":
+        raise StartupError(f"{_key(listener, 'ssl.keystore.type')} is {store_type or 'unset'}: kafkacompat reads JKS, "
+                           "PKCS12 and PEM key stores")
     try:
         if location:
             context.load_cert_chain(location, password=password)
@@ -135,9 +149,17 @@ def _load_trust_store(context: ssl.SSLContext, value: Callable, listener: str, *
                                "ssl.truststore.location or ssl.truststore.certificates")
         return False
     store_type = (value("ssl.truststore.type") or "").upper()
+    if store_type in JAVA_STORE_TYPES and location:
+        try:
+            context.load_verify_locations(cadata=trust_store_pem(location, store_type,
+                                                                 value("ssl.truststore.password")))
+        except (OSError, KeyStoreError, ssl.SSLError) as exc:
+            raise StartupError(f"Listener {listener}: cannot read the {store_type} trust store {location}: "
+                               f"{_reason(exc)}") from None
+        return True
     if store_type != "PEM":
-        raise StartupError(f"{_key(listener, 'ssl.truststore.type')} is {store_type or 'unset'}: kafkacompat reads PEM "
-                           "trust stores only (set ssl.truststore.type=PEM)")
+        raise StartupError(f"{_key(listener, 'ssl.truststore.type')} is {store_type or 'unset'}: kafkacompat reads JKS, "
+                           "PKCS12 and PEM trust stores")
     try:
         if location:
             context.load_verify_locations(cafile=location)

@@ -1,6 +1,7 @@
 """Test certificates made with the openssl command line: a CA, a server certificate for
 127.0.0.1/localhost, client certificates with a chosen subject, optionally an encrypted PKCS#8
-key. Everything is written under one directory; nothing is reused between runs."""
+key; and Java key and trust stores (JKS, PKCS12) made from them with Java's keytool, as a Kafka
+user makes them. Everything is written under one directory; nothing is reused between runs."""
 
 from __future__ import annotations
 
@@ -23,6 +24,37 @@ class Identity:
 
 def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _keytool(*args: str) -> None:
+    subprocess.run(["keytool", *args], check=True, capture_output=True)
+
+
+def java_key_store(identity: Identity, authority: "CertificateAuthority", store_type: str, store_password: str, *,
+                   key_password: str | None = None, identity_key_password: str | None = None) -> Path:
+    """A JKS or PKCS12 key store holding the identity's key and its chain (the CA's certificate
+    after its own), written by keytool; JKS keeps the key under ``key_password`` when given."""
+    exported = identity.cert.with_suffix(".export.p12")
+    _openssl("pkcs12", "-export", "-in", str(identity.cert), "-inkey", str(identity.key), "-certfile",
+             str(authority.cert), "-name", "broker", "-out", str(exported), "-passout", f"pass:{store_password}",
+             *(["-passin", f"pass:{identity_key_password}"] if identity_key_password else []), cwd=exported.parent)
+    if store_type == "PKCS12":
+        return exported
+    store = identity.cert.with_suffix(".keystore.jks")
+    store.unlink(missing_ok=True)
+    _keytool("-importkeystore", "-srckeystore", str(exported), "-srcstoretype", "PKCS12", "-srcstorepass",
+             store_password, "-destkeystore", str(store), "-deststoretype", "JKS", "-deststorepass", store_password,
+             "-destkeypass", key_password or store_password, "-noprompt")
+    return store
+
+
+def java_trust_store(certificates: list[Path], path: Path, store_type: str, store_password: str) -> Path:
+    """A JKS or PKCS12 trust store of ``certificates`` (keytool -importcert)."""
+    path.unlink(missing_ok=True)
+    for index, certificate in enumerate(certificates):
+        _keytool("-importcert", "-noprompt", "-alias", f"ca{index}", "-file", str(certificate), "-keystore", str(path),
+                 "-storetype", store_type, "-storepass", store_password)
+    return path
 
 
 class CertificateAuthority:

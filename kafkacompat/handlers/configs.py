@@ -389,27 +389,37 @@ def _list_parts(value: str | None) -> list[str]:
     return [part for part in (value or "").split(",") if part]
 
 
-def _apply_operation(overrides: dict[str, str], config) -> None:
+def _edited_list(current: str | None, op: int, value: str) -> str:
+    """A LIST config after IncrementalAlterConfigs' APPEND (items not there yet) or SUBTRACT."""
+    parts = _list_parts(current)
+    for item in value.split(","):
+        if op == APPEND and item not in parts:
+            parts.append(item)
+        elif op == SUBTRACT and item in parts:
+            parts.remove(item)
+    return ",".join(parts)
+
+
+def _apply_operation(values: dict[str, str], config, list_defaults: dict[str, str | None]) -> None:
+    """One IncrementalAlterConfigs operation on a resource's ``values``; ``list_defaults``: the
+    resource type's LIST keys (the only ones APPEND and SUBTRACT take) and their defaults."""
     name, op, value = config.name, config.config_operation, config.value
     if op == SET:
-        overrides[name] = value
+        values[name] = value
     elif op == DELETE:
-        overrides.pop(name, None)
+        values.pop(name, None)
     elif op in (APPEND, SUBTRACT):
-        key = TOPIC_CONFIGS.get(name)
-        if key is None or key.type is not ConfigType.LIST:
+        if name not in list_defaults:
             raise KafkaError(
                 ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST."
             )
-        parts = _list_parts(overrides[name] if name in overrides else key.default)
-        for item in value.split(","):
-            if op == APPEND and item not in parts:
-                parts.append(item)
-            elif op == SUBTRACT and item in parts:
-                parts.remove(item)
-        overrides[name] = ",".join(parts)
+        values[name] = _edited_list(values.get(name, list_defaults[name]), op, value)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
+
+
+_TOPIC_LIST_DEFAULTS = {name: key.default for name, key in TOPIC_CONFIGS.items() if key.type is ConfigType.LIST}
+_CLIENT_METRICS_LIST_DEFAULTS = {name: None for name, kind in CLIENT_METRICS_TYPES.items() if kind is ConfigType.LIST}
 
 
 async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str],
@@ -540,28 +550,6 @@ def _check_logger_change(config) -> None:
         )
 
 
-def _apply_client_metrics_operation(props: dict[str, str], config) -> None:
-    name, op, value = config.name, config.config_operation, config.value
-    if op == SET:
-        props[name] = value
-    elif op == DELETE:
-        props.pop(name, None)
-    elif op in (APPEND, SUBTRACT):
-        if CLIENT_METRICS_TYPES.get(name) is not ConfigType.LIST:
-            raise KafkaError(
-                ErrorCode.INVALID_CONFIG, f"Can't {OP_NAMES[op]} to key {name} because its type is not LIST."
-            )
-        parts = _list_parts(props.get(name))
-        for item in value.split(","):
-            if op == APPEND and item not in parts:
-                parts.append(item)
-            elif op == SUBTRACT and item in parts:
-                parts.remove(item)
-        props[name] = ",".join(parts)
-    else:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
-
-
 async def _change_client_metrics(ctx: RequestContext, name: str, edit, validate_only: bool) -> None:
     """Store the subscription's new configs (validated as a whole by ClientMetricsConfigs' rules),
     then re-read the subscriptions here at once; the other brokers follow the change notification."""
@@ -599,12 +587,12 @@ async def _alter_incrementally(ctx: RequestContext, resource, validate_only: boo
     elif resource.resource_type == TOPIC:
         overrides = _current_overrides(ctx, resource.resource_name)
         for config in resource.configs:
-            _apply_operation(overrides, config)
+            _apply_operation(overrides, config, _TOPIC_LIST_DEFAULTS)
         await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     elif resource.resource_type == CLIENT_METRICS:
         def edit_subscription(props: dict[str, str]) -> dict[str, str]:
             for config in resource.configs:
-                _apply_client_metrics_operation(props, config)
+                _apply_operation(props, config, _CLIENT_METRICS_LIST_DEFAULTS)
             return props
 
         await _change_client_metrics(ctx, resource.resource_name, edit_subscription, validate_only)

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import struct
 
+from kafkacompat.wire.message_runtime import write_uvarint
+
 
 def varint(value: int) -> bytes:
-    value &= 0xFFFFFFFFFFFFFFFF
+    """Protobuf's varint (a negative int64 as its two's complement, ten bytes)."""
     out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    write_uvarint(out, value & 0xFFFFFFFFFFFFFFFF)
+    return bytes(out)
 
 
 def tag(number: int, wire_type: int) -> bytes:

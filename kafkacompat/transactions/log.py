@@ -20,6 +20,7 @@ import struct
 from dataclasses import dataclass, field
 
 from kafkacompat.groups.storage import _Reader, partition_for  # noqa: F401  (re-exported: same hash)
+from kafkacompat.wire.message_runtime import write_uvarint
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
@@ -48,14 +49,8 @@ class TransactionLogValue:
 
 def _uvarint(value: int) -> bytes:
     out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    write_uvarint(out, value)
+    return bytes(out)
 
 
 def _compact_string(value: str) -> bytes:

@@ -14,6 +14,11 @@ fetch again; this repeats until the logs agree. OFFSET_OUT_OF_RANGE truncates to
 leader's high watermark (our log is ahead) or restarts at the leader's log start (behind).
 Errors back off per partition (replica.fetch.backoff.ms); a lost connection reconnects to
 wherever the leader is.
+
+Requests go in a fetch session (KIP-227, replication/fetch_session.py, Kafka's
+FetchSessionHandler): after the first full fetch, only partitions whose fetch data changed are
+named, those left out (throttled, backing off, gone) are forgotten, and a partition missing
+from the answer had nothing new.
 """
 
 from __future__ import annotations
@@ -149,7 +154,7 @@ class _Fetching:
 def encode_fetch_request(version: int, *, replica_id: int, replica_epoch: int, max_wait_ms: int, min_bytes: int,
                          max_bytes: int, topics: list[tuple[str, object, list[tuple]]], session_id: int = 0,
                          session_epoch: int = -1, forgotten: list[tuple[str, object, list[int]]] = ()) -> bytes:
-    """A FetchRequestBody. ``topics``: (name, topic_id, [(partition, current_leader_epoch,
+    """A FetchRequest body. ``topics``: (name, topic_id, [(partition, current_leader_epoch,
     fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes)]); ``forgotten``:
     (name, topic_id, [partition]). Session id 0 with epoch -1 is a sessionless full fetch."""
     out = make_writer(version >= 12)

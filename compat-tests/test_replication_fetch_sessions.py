@@ -7,7 +7,9 @@ ZooKeeper, an acks=all idempotent confluent_kafka producer, and every broker's /
   new ones, and every acknowledged message is read back, the replicas byte-identical;
 - with one session slot (``max.incremental.fetch.session.cache.slots=1``) and a short eviction
   time, the two followers of each leader evict each other's session again and again
-  (FETCH_SESSION_ID_NOT_FOUND, then a full fetch): replication stays correct.
+  (FETCH_SESSION_ID_NOT_FOUND, then a full fetch): replication stays correct;
+- a topic deleted and made again under the same name while another one is produced to: both
+  replicate through the followers' sessions, every acknowledged message there, replicas equal.
 """
 
 from __future__ import annotations
@@ -138,3 +140,49 @@ def test_followers_evicting_each_others_session_replicate_correctly(tmp_path, to
         assert_acknowledged_messages_are_there(cluster.bootstrap, topic_name, producer.acked)
         cluster.wait_for(lambda md: all_led_with_isr(md, topic_name, partitions, set(BROKERS)), timeout=60)
         assert_replicas_identical(cluster, topic_name, partitions)
+
+
+def test_a_topic_deleted_and_made_again_replicates_in_the_followers_sessions(tmp_path, topic_name):
+    """The deleted topic's partitions leave the followers' sessions (forgotten by the old topic
+    id), the new topic's join them: the new topic's acknowledged messages are all there, and a
+    second topic replicated all along by the same sessions loses nothing."""
+    from confluent_kafka.admin import AdminClient
+
+    partitions = 3
+    other = f"{topic_name}-other"
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=FAST, http=True) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 3)
+        for name in (topic_name, other):
+            create_topic(cluster.bootstrap, name, partitions, 3, min_insync_replicas=2)
+        cluster.wait_for(lambda md: all(all_led_with_isr(md, name, partitions, set(BROKERS))
+                                        for name in (topic_name, other)))
+        with ContinuousProducer(cluster.bootstrap, other, partitions, prefix=b"o") as steady:
+            with ContinuousProducer(cluster.bootstrap, topic_name, partitions, prefix=b"old") as first:
+                for p in range(partitions):
+                    first.wait_for_new_acks(p)
+            assert not first.failed, first.failed[:5]
+            admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+            admin.delete_topics([topic_name], operation_timeout=20)[topic_name].result(timeout=30)
+            for broker in BROKERS:
+                cluster.wait_for(lambda md: topic_name not in md.topics, broker_id=broker)
+            create_topic(cluster.bootstrap, topic_name, partitions, 3, min_insync_replicas=2)
+            cluster.wait_for(lambda md: all_led_with_isr(md, topic_name, partitions, set(BROKERS)), timeout=60)
+            with ContinuousProducer(cluster.bootstrap, topic_name, partitions, prefix=b"new") as second:
+                for p in range(partitions):
+                    second.wait_for_new_acks(p, count=20)
+            for p in range(partitions):
+                steady.wait_for_new_acks(p)
+        assert not second.failed and not steady.failed, (second.failed[:5], steady.failed[:5])
+        assert_acknowledged_messages_are_there(cluster.bootstrap, topic_name, second.acked)
+        assert_acknowledged_messages_are_there(cluster.bootstrap, other, steady.acked)
+        md = cluster.wait_for(lambda md: all(all_led_with_isr(md, name, partitions, set(BROKERS))
+                                             for name in (topic_name, other)), timeout=60)
+        leader = md.topics[other].partitions[0].leader
+        follower = next(b for b in BROKERS if b != leader)
+        wait_for_incremental_fetches(cluster, follower, leader,
+                                     more_than=replica_fetches(cluster, follower, leader, "incremental") + 5)
+        cluster.brokers[follower].stop()
+        cluster.brokers[leader].stop()
+        for p in range(partitions):
+            for name in (topic_name, other):
+                assert partition_log_bytes(cluster, follower, name, p) == partition_log_bytes(cluster, leader, name, p)

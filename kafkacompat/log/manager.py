@@ -120,10 +120,14 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
         self._flush_queue: dict[TopicPartition, PartitionLog] = {}  # flush.messages reached
         self._flush_queued: trio.Event | None = None  # run_flusher's: set when a log is queued
+        # Logs per directory, for placing new ones: counted once, then kept up to date by create()
+        # and recounted after any other change (counting every time made creating N logs O(N^2)).
+        self._log_counts: dict[Path, int] | None = None
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Load every online directory (``_load_dir``); one that cannot be read goes offline, as
         Kafka starts without it; a partition found in two directories refuses the start."""
+        self._log_counts = None
         clean = True
         for log_dir in self.log_dirs:
             if not log_dir.online:
@@ -210,6 +214,8 @@ class LogManager:
         log_dir = self._dir_for_new_log((topic, partition))
         log = self._open_new(log_dir.path / f"{topic}-{partition}", topic, partition, config)
         self._logs[(topic, partition)] = log
+        if self._log_counts is not None:
+            self._log_counts[log_dir.path] = self._log_counts.get(log_dir.path, 0) + 1
         return log
 
     def _open_new(self, directory: Path, topic: str, partition: int, config: LogConfig) -> PartitionLog:
@@ -223,11 +229,14 @@ class LogManager:
         online = self.online_dirs()
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log directory of this broker is offline")
-        counts = {log_dir.path: 0 for log_dir in online}
-        for log in self._all_logs():
-            if log.dir.parent in counts:
-                counts[log.dir.parent] += 1
-        return min(online, key=lambda log_dir: counts[log_dir.path])  # ties: the first in log.dirs
+        if len(online) == 1:
+            return online[0]
+        counts = self._log_counts
+        if counts is None:
+            counts = self._log_counts = {}
+            for log in self._all_logs():
+                counts[log.dir.parent] = counts.get(log.dir.parent, 0) + 1
+        return min(online, key=lambda log_dir: counts.get(log_dir.path, 0))  # ties: the first in log.dirs
 
     # -- directories ---------------------------------------------------------------------------
 
@@ -263,6 +272,7 @@ class LogManager:
         left, set ``all_failed``."""
         if not log_dir.online:
             return
+        self._log_counts = None
         log_dir.online, log_dir.error = False, f"{reason}: {error}" if error is not None else reason
         current, futures = self.logs_in(log_dir)
         for key in current:
@@ -309,12 +319,14 @@ class LogManager:
 
     def create_future(self, topic: str, partition: int, config: LogConfig, log_dir: LogDir) -> PartitionLog:
         """An empty ``<topic>-<partition>.<id>-future`` log in ``log_dir``, to copy the current one into."""
+        self._log_counts = None
         name = f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         log = self._open_new(log_dir.path / name, topic, partition, config)
         self._futures[(topic, partition)] = log
         return log
 
     def delete_future(self, topic: str, partition: int) -> None:
+        self._log_counts = None
         log = self._futures.pop((topic, partition), None)
         if log is not None:
             self._remove_log_dir(log)
@@ -323,6 +335,7 @@ class LogManager:
         """The future log becomes the current one (Kafka's replaceCurrentWithFutureLog): renamed
         to ``<topic>-<partition>`` in its directory, then the old current log renamed
         ``-delete`` and removed. Call when both end at the same offset, between two awaits."""
+        self._log_counts = None
         key = (topic, partition)
         future, current = self._futures.pop(key), self._logs.pop(key)
         future.close()
@@ -353,6 +366,7 @@ class LogManager:
     def delete_partition(self, topic: str, partition: int) -> None:
         """Close the log, rename its directory to ``<name>.<uuid>-delete`` (as Kafka), then remove
         it; a future log of the partition goes too."""
+        self._log_counts = None
         self.delete_future(topic, partition)
         self.preferred_dirs.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
@@ -481,6 +495,7 @@ class LogManager:
             fsync_directory(log_dir.path)
         self._logs.clear()
         self._futures.clear()
+        self._log_counts = None
         self._files.close()
 
 

@@ -35,27 +35,34 @@ class LeaderEpochCache:
         self.label = label
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        self._file_exists = False
 
     # ---- file --------------------------------------------------------------------------
 
     @classmethod
     def load(cls, directory: Path, label: str = "") -> "LeaderEpochCache":
         cache = cls(directory, label)
-        if cache.path is not None and cache.path.exists():
+        if cache.path is not None:
             try:
                 cache._epochs, cache._offsets = read_checkpoint(cache.path)
+                cache._file_exists = True
+            except FileNotFoundError:
+                pass
             except (OSError, ValueError) as exc:
                 log.warning("Ignoring unreadable leader epoch checkpoint %s: %s", cache.path, exc)
                 cache._epochs, cache._offsets = [], []
+                cache._file_exists = True
         return cache
 
     @property
     def file_exists(self) -> bool:
-        return self.path is not None and self.path.exists()
+        """Whether the checkpoint file was there when loaded or has been written since."""
+        return self._file_exists
 
     def flush(self) -> None:
         if self.path is not None:
             write_checkpoint(self.path, self.entries())
+            self._file_exists = True
 
     # ---- queries -----------------------------------------------------------------------
 

@@ -156,7 +156,7 @@ class LogManager:
             names = sorted(entry.name for entry in listing if entry.is_dir())
         progress = _LoadProgress(data_dir, len(names), clean)
         configs: dict[str, LogConfig] = {}  # per topic: parsing one is costly, 10,000 partitions share 100
-        loaded = 0
+        loaded = recovered = segments = 0
         with WorkerFsyncs() as fsyncs:
             for name in names:
                 progress.next(name)
@@ -187,6 +187,8 @@ class LogManager:
                     defer_fsync=fsyncs.submit_segment,
                 ))
                 loaded += 1
+                if logs[key].recovered_segments:
+                    recovered, segments = recovered + 1, segments + logs[key].recovered_segments
             fsyncs.wait()  # the recovered segments are on disk before any checkpoint says so
         if clean:
             # Durably gone before anything is appended: a crash from here on must be recovered.
@@ -195,8 +197,10 @@ class LogManager:
         if not loaded and not clean:
             logger.info("Starting with no partition logs in %s", data_dir)
         else:
-            logger.info("Loaded %d partition logs from %s after %s shutdown in %.1f s", loaded,
-                        data_dir, "a clean" if clean else "an unclean", progress.elapsed())
+            logger.info("Loaded %d partition logs from %s after %s shutdown in %.1f s%s", loaded,
+                        data_dir, "a clean" if clean else "an unclean", progress.elapsed(),
+                        f"; recovered {recovered} of them (validated {segments} segments past their recovery "
+                        f"points)" if recovered else "")
         return clean
 
     def _mark_offline_at_start(self, log_dir: LogDir, error: OSError) -> None:

@@ -200,7 +200,10 @@ class PartitionLog:
             # As Kafka's recoverSegment: the producer state is rebuilt from no later than the first
             # recovered segment, and the aborted indexes of the recovered segments from their markers.
             for segment in recovered:
-                segment.txn_index.reset()
+                if segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX) in present:
+                    segment.txn_index.reset()
+                else:
+                    segment.txn_index.found_empty()
             self.producer_state.delete_snapshots_above(recovered[0].base_offset)
         if not self._segments:
             self._add_segment(self._new_segment(log_start_offset or 0))

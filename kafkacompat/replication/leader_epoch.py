@@ -21,6 +21,8 @@ import logging
 import os
 from pathlib import Path
 
+from kafkacompat.log.checkpoint import read_small_file
+
 log = logging.getLogger("kafkacompat.replication")
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
@@ -143,7 +145,7 @@ class LeaderEpochCache:
 
 
 def read_checkpoint(path: Path) -> tuple[list[int], list[int]]:
-    lines = path.read_text().splitlines()
+    lines = read_small_file(path).splitlines()
     if len(lines) < 2:
         raise ValueError("missing version or entry count")
     version = int(lines[0].strip())

@@ -17,6 +17,7 @@ import trio
 
 from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id
 from kafkacompat.log import LogConfig, LogManager
+from kafkacompat.log.checkpoint import read_small_file
 from kafkacompat.log.manager import AllLogDirsFailed
 from kafkacompat.replication import log_dirs
 from kafkacompat.replication.fetcher import ReplicaFetcherManager
@@ -411,7 +412,7 @@ class ReplicaManager:
 def _topic_id_on_disk(partition_dir: Path) -> uuid.UUID | None:
     """The topic id in a partition directory's partition.metadata, if it has a readable one."""
     try:
-        for line in (partition_dir / PARTITION_METADATA).read_text().splitlines():
+        for line in read_small_file(os.path.join(partition_dir, PARTITION_METADATA)).splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "topic_id":
                 return decode_topic_id(value.strip())

@@ -212,12 +212,12 @@ class PartitionLog:
             active.next_offset = self._scan_next_offset(active)[0]
         self._log_end_offset = active.next_offset
         self._log_start_offset = self._initial_log_start_offset(log_start_offset)
-        for segment in recovered:
-            fsync(segment)
         self._set_recovery_point(self._log_end_offset)
         # A tail recovered despite a clean shutdown may have lost batches a snapshot knew of.
         self._rebuild_producer_state(index_from=recovered[0].base_offset if recovered else None,
                                      clean_shutdown=clean_shutdown and not recovered)
+        for segment in recovered:  # last: the rebuild above re-adds their aborted-index entries
+            fsync(segment)
         logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
                      self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
 

@@ -14,8 +14,8 @@ partitions   TOPICS x PARTITIONS partitions (100 x 100 = 10,000) created with th
              (pre-encoded request, the response read as bytes and not parsed: the client's parsing
              stays out of the figure), median of 15; the broker's RSS. kafkacompat only: start
              time after SIGTERM and after SIGKILL (from the new process's spawn until a Metadata
-             answer listing every topic), and the same for an empty data dir, which is the
-             interpreter's and the imports' share. Tansu's memory storage keeps nothing over a
+             answer listing every topic; --restarts times each, median and min), and the same
+             for an empty data dir, which is the interpreter's and the imports' share. Tansu's memory storage keeps nothing over a
              restart and the mock has none, so their start times are not comparable.
 connections  CONNECTIONS idle connections (each sent one ApiVersions and got its answer): the
              broker's RSS before, with and after them, the cost per connection, and the p50 of a
@@ -179,26 +179,34 @@ def partitions_phase(args, base: Path) -> None:
     log(f"\n== {total:,} partitions ({args.topics} topics x {args.partitions}) on one broker")
 
     empty = BrokerProcess(base / "empty", log_path=base / "empty.log")
-    empty_start = timed_start(empty, 0)
-    empty.stop()
+    empty_starts = []
+    for _ in range(args.restarts):
+        empty_starts.append(timed_start(empty, 0))
+        empty.stop()
+    empty_start = statistics.median(empty_starts)
 
     broker = BrokerProcess(base / "many", log_path=base / "many.log")
     broker.start()
     fill_partitions(broker.bootstrap, topics, args.partitions, admin_create(broker.bootstrap))
     figures = metadata_latency(broker.bootstrap, len(topics))
     figures["rss_mb"] = rss_mb(broker.pid())
-    broker.stop(timeout=120)
-    figures["start_after_sigterm_s"] = timed_start(broker, len(topics))
+    sigterm, sigkill = [], []
+    for _ in range(args.restarts):
+        broker.stop(timeout=120)
+        sigterm.append(timed_start(broker, len(topics)))
+    figures["start_after_sigterm_s"], figures["start_after_sigterm_min_s"] = statistics.median(sigterm), min(sigterm)
     figures["rss_mb_after_restart"] = rss_mb(broker.pid())
-    # An unflushed tail for the SIGKILL start: one more record in every partition, then kill.
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
-    for topic in topics:
-        for p in range(args.partitions):
-            producer.produce(topic, VALUE, partition=p)
-        producer.poll(0)
-    producer.flush(120)
-    broker.kill()
-    figures["start_after_sigkill_s"] = timed_start(broker, len(topics))
+    for _ in range(args.restarts):
+        # An unflushed tail for the SIGKILL start: one more record in every partition, then kill.
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20})
+        for topic in topics:
+            for p in range(args.partitions):
+                producer.produce(topic, VALUE, partition=p)
+            producer.poll(0)
+        producer.flush(120)
+        broker.kill()
+        sigkill.append(timed_start(broker, len(topics)))
+    figures["start_after_sigkill_s"], figures["start_after_sigkill_min_s"] = statistics.median(sigkill), min(sigkill)
     broker.stop(timeout=120)
     figures["start_empty_s"] = empty_start
     log(f"  kafkacompat  {fmt(figures)}")
@@ -393,6 +401,8 @@ def main() -> None:
     parser.add_argument("--topics", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--connections", type=int, default=1000)
+    parser.add_argument("--restarts", type=int, default=1,
+                        help="partitions: starts timed after SIGTERM and after SIGKILL (median and min printed)")
     parser.add_argument("--messages", type=int, default=20_000, help="messages in the acks=all throughput load")
     parser.add_argument("--latency", type=int, default=300, help="samples per delivery p50")
     parser.add_argument("--election", default="100,300",

@@ -63,11 +63,22 @@ class LocalMetadata:
         return self.registry.colliding_topic(name)
 
     def partition_state(self, topic: str, index: int) -> PartitionState | None:
+        """The partition's state, the same object while it is unchanged (Metadata reuses what it
+        built from it). The Partition replaces its replica and ISR lists on every change, never
+        edits them in place, so comparing them by identity (and length) suffices."""
         partition = self.replicas.partition(topic, index)
         if partition is None:
             return None
-        return PartitionState(topic, index, tuple(partition.replicas), tuple(partition.isr), partition.leader_id,
-                              partition.leader_epoch, partition.partition_epoch)
+        state = partition.metadata_state
+        if (state is None or state.leader != partition.leader_id or state.leader_epoch != partition.leader_epoch
+                or state.partition_epoch != partition.partition_epoch
+                or partition.replicas is not partition.metadata_lists[0]
+                or partition.isr is not partition.metadata_lists[1]
+                or len(state.replicas) != len(partition.replicas) or len(state.isr) != len(partition.isr)):
+            state = PartitionState(topic, index, tuple(partition.replicas), tuple(partition.isr),
+                                   partition.leader_id, partition.leader_epoch, partition.partition_epoch)
+            partition.metadata_state, partition.metadata_lists = state, (partition.replicas, partition.isr)
+        return state
 
     def brokers(self) -> dict[int, BrokerInfo]:
         host, port = self.endpoint()

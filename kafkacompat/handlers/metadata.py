@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
+from kafkacompat.controller.state import PartitionState
 from kafkacompat.controller.topics import TopicInfo, validate_topic_name
 from kafkacompat.handlers.cluster import OPERATIONS_OMITTED, cluster_authorized_operations
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
@@ -44,11 +47,28 @@ async def _resolve(
     return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name
 
 
+# Per MetadataView (one per broker): (topic, partition) -> (its state, leader alive, its entry).
+_ENTRIES: "WeakKeyDictionary[object, dict[tuple[str, int], tuple[PartitionState | None, bool, object]]]" = (
+    WeakKeyDictionary())
+
+
 def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bool, error_code: int = 0):
     cls = response_class(METADATA).MetadataResponseTopic
     partition_cls = cls.MetadataResponsePartition
     live = ctx.metadata.brokers()
-    partitions = [_partition_from_state(ctx, partition_cls, topic.name, index, live) for index in range(topic.partitions)]
+    entries = _entries_of(ctx.metadata)
+    name, partition_state = topic.name, ctx.metadata.partition_state
+    partitions = []
+    for index in range(topic.partitions):
+        # An entry is rebuilt only when its state is another object (every view makes a new one
+        # on any change: leader, epochs, replicas, ISR, offline replicas) or its leader's
+        # liveness changed; 10,000 partitions are otherwise 10,000 objects per all-topics request.
+        state = partition_state(name, index)
+        alive = state is not None and state.leader in live
+        cached = entries.get((name, index))
+        if cached is None or cached[0] is not state or cached[1] != alive:
+            cached = entries[(name, index)] = (state, alive, _partition_from_state(partition_cls, index, state, alive))
+        partitions.append(cached[2])
     return cls(
         error_code=error_code, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
         partitions=partitions,
@@ -57,17 +77,31 @@ def topic_metadata(ctx: RequestContext, topic: TopicInfo, include_operations: bo
     )
 
 
-def _partition_from_state(ctx: RequestContext, partition_cls, topic: str, index: int, live: dict):
+def _entries_of(metadata: object) -> dict:
+    entries = _ENTRIES.get(metadata)
+    if entries is None:
+        entries = _ENTRIES[metadata] = {}
+    return entries
+
+
+def _forget_deleted_topics(metadata: object, topics: list[TopicInfo]) -> None:
+    """Drop the entries of topics gone (or shrunk) once they outnumber the live ones."""
+    entries = _entries_of(metadata)
+    if len(entries) > 2 * sum(topic.partitions for topic in topics) + 1000:
+        live = {(topic.name, index) for topic in topics for index in range(topic.partitions)}
+        for key in [key for key in entries if key not in live]:
+            del entries[key]
+
+
+def _partition_from_state(partition_cls, index: int, state: PartitionState | None, leader_alive: bool):
     """A partition as the controller's state says: leader, leader epoch, replicas, ISR and the
     replicas on brokers that are not alive. A partition without a live leader is
     LEADER_NOT_AVAILABLE with leader -1, as Kafka's MetadataCache answers."""
-    state = ctx.metadata.partition_state(topic, index)
     if state is None:
         return partition_cls(
             error_code=ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index, leader_id=-1, leader_epoch=-1,
             replica_nodes=[], isr_nodes=[], offline_replicas=[],
         )
-    leader_alive = state.leader in live
     return partition_cls(
         error_code=ErrorCode.NONE if leader_alive else ErrorCode.LEADER_NOT_AVAILABLE, partition_index=index,
         leader_id=state.leader if leader_alive else -1, leader_epoch=state.leader_epoch,
@@ -111,8 +145,10 @@ async def handle_metadata(request, ctx: RequestContext):
     topics = []
     if requested is None:
         # Topics the client may not DESCRIBE are left out (Kafka logs those denials at debug only).
-        topics = [topic_metadata(ctx, t, include_topic_ops) for t in ctx.metadata.topics()
+        every_topic = ctx.metadata.topics()
+        topics = [topic_metadata(ctx, t, include_topic_ops) for t in every_topic
                   if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name, log_denied=False)]
+        _forget_deleted_topics(ctx.metadata, every_topic)
     else:
         for wanted in requested:
             denied = _describe_denied(ctx, wanted)

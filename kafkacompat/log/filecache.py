@@ -33,9 +33,14 @@ class FileCache:
         return self._remember(path, os.open(path, _OPEN_FLAGS))
 
     def create(self, path: str) -> int:
-        """Create (or empty) the file and return a borrowed descriptor for it."""
+        """Create (or empty) the file and return a borrowed descriptor for it. An empty file is
+        left as it is: O_TRUNC would cost a journal update even then (recovery resets the indexes
+        of 10,000 segments, most of them empty)."""
         self.forget(path)
-        return self._remember(path, os.open(path, _OPEN_FLAGS | os.O_CREAT | os.O_TRUNC, 0o644))
+        fd = self._remember(path, os.open(path, _OPEN_FLAGS | os.O_CREAT, 0o644))
+        if os.fstat(fd).st_size:
+            os.ftruncate(fd, 0)
+        return fd
 
     def dup(self, path: str) -> int:
         """A descriptor the caller owns and must close."""

@@ -212,6 +212,27 @@ class OffsetIndex(_IndexFile):
             return self.base_offset, 0
         return self.base_offset + self._relative_offsets[-1], self._positions[-1]
 
+    def peek_last_position(self, log_size: int) -> int | None:
+        """The last entry's position read from the file without loading the index (a start
+        after a clean shutdown only needs the tail); None when the file is missing, not whole
+        entries, or its last entry is not plausible (the caller loads the index instead)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        try:
+            length = os.fstat(fd).st_size
+            if length % self.ENTRY_SIZE:
+                return None
+            if not length:
+                return 0
+            relative, position = struct.unpack(">ii", os.pread(fd, self.ENTRY_SIZE, length - self.ENTRY_SIZE))
+        finally:
+            os.close(fd)
+        if relative < 0 or not 0 <= position < log_size or (relative == 0 and position == 0 and length > 8):
+            return None  # a zero-filled (preallocated) tail, or garbage
+        return position
+
     def truncate_to_position(self, position: int) -> None:
         """Drop the entries that point at ``position`` or beyond."""
         with self._lock:

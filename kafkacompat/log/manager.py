@@ -29,9 +29,11 @@ import shutil
 import sys
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence, TypeVar
 
 import trio
 
@@ -41,10 +43,12 @@ from kafkacompat.log.config import LogConfig
 from kafkacompat.log.filecache import FileCache
 from kafkacompat.log.partition_log import PartitionLog
 from kafkacompat.log.producer_state import DEFAULT_PRODUCER_ID_EXPIRATION_MS
+from kafkacompat.log.segment import LogSegment
 from kafkacompat.log.segment import now_ms as wall_clock_ms
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 logger = logging.getLogger("kafkacompat.log")
+T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -120,10 +124,14 @@ class LogManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms  # broker config, for producer state
         self._flush_queue: dict[TopicPartition, PartitionLog] = {}  # flush.messages reached
         self._flush_queued: trio.Event | None = None  # run_flusher's: set when a log is queued
+        # Logs per directory, for placing new ones: counted once, then kept up to date by create()
+        # and recounted after any other change (counting every time made creating N logs O(N^2)).
+        self._log_counts: dict[Path, int] | None = None
 
     def load_all(self, config_for: Callable[[str], LogConfig]) -> dict[TopicPartition, PartitionLog]:
         """Load every online directory (``_load_dir``); one that cannot be read goes offline, as
         Kafka starts without it; a partition found in two directories refuses the start."""
+        self._log_counts = None
         clean = True
         for log_dir in self.log_dirs:
             if not log_dir.online:
@@ -144,38 +152,55 @@ class LogManager:
         clean = marker.exists()
         recovery_points = self._read_checkpoint_or_nothing(data_dir, RECOVERY_POINT_CHECKPOINT)
         log_start_offsets = self._read_checkpoint_or_nothing(data_dir, LOG_START_OFFSET_CHECKPOINT)
-        entries = sorted(entry for entry in data_dir.iterdir() if entry.is_dir())
-        progress = _LoadProgress(data_dir, len(entries), clean)
-        loaded = 0
-        for entry in entries:
-            progress.next(entry.name)
-            if entry.name.endswith(DELETE_DIR_SUFFIX):
-                logger.info("Finishing the deletion of %s", entry.name)
-                shutil.rmtree(entry, ignore_errors=True)
-                continue
-            key = parse_partition_dir_name(entry.name)
-            logs = self._logs
-            if key is None:
-                key, logs = parse_future_dir_name(entry.name), self._futures
-                if key is None:
+        with os.scandir(data_dir) as listing:
+            names = sorted(entry.name for entry in listing if entry.is_dir())
+        progress = _LoadProgress(data_dir, len(names), clean)
+        configs: dict[str, LogConfig] = {}  # per topic: parsing one is costly, 10,000 partitions share 100
+        loaded = recovered = segments = 0
+        with WorkerFsyncs() as fsyncs:
+            for name in names:
+                progress.next(name)
+                entry = data_dir / name
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    logger.info("Finishing the deletion of %s", name)
+                    shutil.rmtree(entry, ignore_errors=True)
                     continue
-            if key in logs:
-                raise _duplicate(key, logs[key].dir, entry)
-            topic, partition = key
-            logs[key] = self._managed(PartitionLog.open(
-                entry, topic, partition, config_for(topic),
-                recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
-                file_cache=self._files,
-                log_start_offset=log_start_offsets.get(key),
-                producer_id_expiration_ms=self.producer_id_expiration_ms,
-            ))
-            loaded += 1
-        marker.unlink(missing_ok=True)
+                key = parse_partition_dir_name(name)
+                logs = self._logs
+                if key is None:
+                    key, logs = parse_future_dir_name(name), self._futures
+                    if key is None:
+                        continue
+                if key in logs:
+                    raise _duplicate(key, logs[key].dir, entry)
+                topic, partition = key
+                config = configs.get(topic)
+                if config is None:
+                    config = configs[topic] = config_for(topic)
+                logs[key] = self._managed(PartitionLog.open(
+                    entry, topic, partition, config,
+                    recovery_point=_NOTHING_TO_RECOVER if clean else recovery_points.get(key, 0),
+                    file_cache=self._files,
+                    log_start_offset=log_start_offsets.get(key),
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
+                    clean_shutdown=clean,
+                    defer_fsync=fsyncs.submit_segment,
+                ))
+                loaded += 1
+                if logs[key].recovered_segments:
+                    recovered, segments = recovered + 1, segments + logs[key].recovered_segments
+            fsyncs.wait()  # the recovered segments are on disk before any checkpoint says so
+        if clean:
+            # Durably gone before anything is appended: a crash from here on must be recovered.
+            marker.unlink(missing_ok=True)
+            fsync_directory(data_dir)
         if not loaded and not clean:
             logger.info("Starting with no partition logs in %s", data_dir)
         else:
-            logger.info("Loaded %d partition logs from %s after %s shutdown in %.1f s", loaded,
-                        data_dir, "a clean" if clean else "an unclean", progress.elapsed())
+            logger.info("Loaded %d partition logs from %s after %s shutdown in %.1f s%s", loaded,
+                        data_dir, "a clean" if clean else "an unclean", progress.elapsed(),
+                        f"; recovered {recovered} of them (validated {segments} segments past their recovery "
+                        f"points)" if recovered else "")
         return clean
 
     def _mark_offline_at_start(self, log_dir: LogDir, error: OSError) -> None:
@@ -210,6 +235,8 @@ class LogManager:
         log_dir = self._dir_for_new_log((topic, partition))
         log = self._open_new(log_dir.path / f"{topic}-{partition}", topic, partition, config)
         self._logs[(topic, partition)] = log
+        if self._log_counts is not None:
+            self._log_counts[log_dir.path] = self._log_counts.get(log_dir.path, 0) + 1
         return log
 
     def _open_new(self, directory: Path, topic: str, partition: int, config: LogConfig) -> PartitionLog:
@@ -223,11 +250,14 @@ class LogManager:
         online = self.online_dirs()
         if not online:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "every log directory of this broker is offline")
-        counts = {log_dir.path: 0 for log_dir in online}
-        for log in self._all_logs():
-            if log.dir.parent in counts:
-                counts[log.dir.parent] += 1
-        return min(online, key=lambda log_dir: counts[log_dir.path])  # ties: the first in log.dirs
+        if len(online) == 1:
+            return online[0]
+        counts = self._log_counts
+        if counts is None:
+            counts = self._log_counts = {}
+            for log in self._all_logs():
+                counts[log.dir.parent] = counts.get(log.dir.parent, 0) + 1
+        return min(online, key=lambda log_dir: counts.get(log_dir.path, 0))  # ties: the first in log.dirs
 
     # -- directories ---------------------------------------------------------------------------
 
@@ -263,6 +293,7 @@ class LogManager:
         left, set ``all_failed``."""
         if not log_dir.online:
             return
+        self._log_counts = None
         log_dir.online, log_dir.error = False, f"{reason}: {error}" if error is not None else reason
         current, futures = self.logs_in(log_dir)
         for key in current:
@@ -309,12 +340,14 @@ class LogManager:
 
     def create_future(self, topic: str, partition: int, config: LogConfig, log_dir: LogDir) -> PartitionLog:
         """An empty ``<topic>-<partition>.<id>-future`` log in ``log_dir``, to copy the current one into."""
+        self._log_counts = None
         name = f"{topic}-{partition}.{uuid.uuid4().hex}{FUTURE_DIR_SUFFIX}"
         log = self._open_new(log_dir.path / name, topic, partition, config)
         self._futures[(topic, partition)] = log
         return log
 
     def delete_future(self, topic: str, partition: int) -> None:
+        self._log_counts = None
         log = self._futures.pop((topic, partition), None)
         if log is not None:
             self._remove_log_dir(log)
@@ -323,6 +356,7 @@ class LogManager:
         """The future log becomes the current one (Kafka's replaceCurrentWithFutureLog): renamed
         to ``<topic>-<partition>`` in its directory, then the old current log renamed
         ``-delete`` and removed. Call when both end at the same offset, between two awaits."""
+        self._log_counts = None
         key = (topic, partition)
         future, current = self._futures.pop(key), self._logs.pop(key)
         future.close()
@@ -353,6 +387,7 @@ class LogManager:
     def delete_partition(self, topic: str, partition: int) -> None:
         """Close the log, rename its directory to ``<name>.<uuid>-delete`` (as Kafka), then remove
         it; a future log of the partition goes too."""
+        self._log_counts = None
         self.delete_future(topic, partition)
         self.preferred_dirs.pop((topic, partition), None)
         log = self._logs.pop((topic, partition), None)
@@ -465,14 +500,23 @@ class LogManager:
             write_checkpoint(log_dir.path / LOG_START_OFFSET_CHECKPOINT, offsets)
 
     def close(self) -> None:
-        """Clean shutdown: flush every log, checkpoint, close, then write each online directory's
-        clean-shutdown marker."""
-        for log in self._all_logs():
-            log.flush()
+        """Clean shutdown: flush every log (the fsyncs in worker threads), checkpoint, close,
+        then write the clean-shutdown marker of each online directory whose logs all closed with
+        their producer state written (a start after the marker trusts those snapshots)."""
+        logs = list(self._all_logs())
+        with WorkerFsyncs() as fsyncs:
+            flushed = [(log, fsyncs.submit(log.fsync_unflushed)) for log in logs]
+            fsyncs.wait()
+        for log, done in flushed:
+            log.mark_flushed(done.result())
         self.checkpoint()
-        for log in self._all_logs():
-            log.close()
+        unclean_dirs = {log.dir.parent for log in logs if not log.close()}
         for log_dir in self.online_dirs():
+            if log_dir.path in unclean_dirs:
+                logger.error("No clean-shutdown marker in %s: a producer snapshot could not be written there (see "
+                             "above), so the next start recovers its logs and replays their producer state",
+                             log_dir)
+                continue
             marker = log_dir.path / CLEAN_SHUTDOWN_FILE
             with open(marker, "w", encoding="utf-8") as file:
                 file.write('{"version":0,"brokerEpoch":-1}')
@@ -481,6 +525,7 @@ class LogManager:
             fsync_directory(log_dir.path)
         self._logs.clear()
         self._futures.clear()
+        self._log_counts = None
         self._files.close()
 
 
@@ -509,6 +554,39 @@ def _close_quietly(log: PartitionLog) -> None:
         log.close(snapshot=False)
     except OSError as error:
         logger.debug("Closing %s in a failed log directory: %s", log.name, error)
+
+
+FSYNC_THREADS = 8  # fsyncs in flight at once at load and shutdown: a disk serves several together
+
+
+class WorkerFsyncs:
+    """fsyncs run in worker threads (fsync releases the GIL) while the caller carries on; used
+    as a context manager that waits for its threads. ``wait`` raises the first failure once all
+    have finished."""
+
+    def __init__(self, threads: int = FSYNC_THREADS) -> None:
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="kafkacompat-fsync")
+        self._pending: list[Future] = []
+
+    def submit(self, function: Callable[[], T]) -> "Future[T]":
+        future = self._pool.submit(function)
+        self._pending.append(future)
+        return future
+
+    def submit_segment(self, segment: LogSegment) -> None:
+        self.submit(segment.fsync)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, []
+        wait_for_futures(pending)
+        for future in pending:
+            future.result()
+
+    def __enter__(self) -> "WorkerFsyncs":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True)
 
 
 PROGRESS_INTERVAL_S = 2.0

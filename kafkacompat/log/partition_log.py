@@ -24,6 +24,7 @@ from kafkacompat.log.segment import (
     TXN_INDEX_SUFFIX,
     LogSegment,
     parse_segment_file_name,
+    segment_file_name,
 )
 from kafkacompat.log.segment import now_ms as wall_clock_ms
 from kafkacompat.log.swap import complete_interrupted_swaps
@@ -43,6 +44,18 @@ logger = logging.getLogger("kafkacompat.log")
 
 _PRIVATE_CACHE_SIZE = 16  # open files for a log opened without a shared FileCache
 _LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".tmp")  # half-done deletes/cleanings: safe to drop
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+def _log_base(name: str) -> int | None:
+    return parse_segment_file_name(name, LOG_SUFFIX)
+
+
+def _index_base(name: str) -> int | None:
+    for suffix in _INDEX_SUFFIXES:
+        if name.endswith(suffix):
+            return parse_segment_file_name(name, suffix)
+    return None
 
 
 @dataclass
@@ -117,30 +130,35 @@ class PartitionLog:
         self._log_end_offset = 0
         self._last_flush_ms = wall_clock_ms()
         self.recovered_segments = 0  # how many segments open() had to validate batch by batch
+        self._indexes_missing: set[int] = set()  # while loading: base offsets whose index files are not there
         self.flushes = 0  # flushes completed (flush.messages, flush.ms, shutdown)
         # Idempotent producers: updated by every append, snapshotted at roll and close.
         self.producer_state = ProducerStateManager(directory, f"{topic}-{partition}",
-                                                   expiration_ms=producer_id_expiration_ms)
+                                                   expiration_ms=producer_id_expiration_ms, list_snapshots=False)
 
     # -- opening and recovery ---------------------------------------------------------------
 
     @classmethod
     def open(cls, dir: Path, topic: str, partition: int, config: LogConfig, *, recovery_point: int = 0,
              file_cache: FileCache | None = None, log_start_offset: int | None = None,
-             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> "PartitionLog":
+             producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, clean_shutdown: bool = False,
+             defer_fsync: Callable[[LogSegment], None] | None = None) -> "PartitionLog":
         """Load the segments in ``dir`` (created if missing).
 
         Segments holding offsets at or after ``recovery_point`` are validated batch by batch
         (framing, CRC32C, offsets); an invalid tail is cut off and any later segment removed.
         Missing or unreadable indexes are rebuilt from the log. A ``recovery_point`` at the log end
-        offset (a clean shutdown) means nothing is rescanned.
+        offset (a clean shutdown) means nothing is rescanned. ``clean_shutdown``: the log was
+        closed cleanly (its directory's marker), so a log without a producer snapshot had no
+        producers and nothing is replayed for its producer state, as Kafka's rebuildProducerState.
+        ``defer_fsync``: takes each recovered segment's fsync instead of doing it here (a
+        LogManager runs them in worker threads, and waits for them before any checkpoint).
         """
-        directory = Path(dir)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = dir if isinstance(dir, Path) else Path(dir)
         files = file_cache if file_cache is not None else FileCache(_PRIVATE_CACHE_SIZE)
         log = cls(directory, topic, partition, config, files, owns_files=file_cache is None,
                   producer_id_expiration_ms=producer_id_expiration_ms)
-        log._load(recovery_point, log_start_offset)
+        log._load(recovery_point, log_start_offset, clean_shutdown, defer_fsync or LogSegment.fsync)
         return log
 
     @property
@@ -161,17 +179,31 @@ class PartitionLog:
         self._recovery_point = offset
         self._flush_at_offset = offset + self._config.flush_messages
 
-    def _load(self, recovery_point: int, log_start_offset: int | None) -> None:
-        complete_interrupted_swaps(self.dir, self.name)
-        self._remove_leftovers()
-        for base in self._segment_bases_on_disk():
+    def _load(self, recovery_point: int, log_start_offset: int | None, clean_shutdown: bool,
+              fsync: Callable[[LogSegment], None]) -> None:
+        names = self._file_names()
+        if complete_interrupted_swaps(self.dir, self.name, names):
+            names = self._file_names()
+        if self._remove_leftovers(names):
+            names = self._file_names()
+        bases = sorted(base for base in map(_log_base, names) if base is not None)
+        present = set(names)
+        self._indexes_missing = {base for base in bases
+                                 if segment_file_name(base, INDEX_SUFFIX) not in present
+                                 or segment_file_name(base, TIME_INDEX_SUFFIX) not in present}
+        self.producer_state.found_snapshots(names)
+        for base in bases:
             self._add_segment(LogSegment.open_existing(self.dir, base, self._files, **self._segment_options()))
         recovered = self._recover(recovery_point)
+        self._indexes_missing.clear()  # rebuilt by now: later checks look at the files
         if recovered:
             # As Kafka's recoverSegment: the producer state is rebuilt from no later than the first
             # recovered segment, and the aborted indexes of the recovered segments from their markers.
             for segment in recovered:
-                segment.txn_index.reset()
+                if segment_file_name(segment.base_offset, TXN_INDEX_SUFFIX) in present:
+                    segment.txn_index.reset()
+                else:
+                    segment.txn_index.found_empty()
             self.producer_state.delete_snapshots_above(recovered[0].base_offset)
         if not self._segments:
             self._add_segment(self._new_segment(log_start_offset or 0))
@@ -180,25 +212,27 @@ class PartitionLog:
             active.next_offset = self._scan_next_offset(active)[0]
         self._log_end_offset = active.next_offset
         self._log_start_offset = self._initial_log_start_offset(log_start_offset)
-        for segment in recovered:
-            segment.fsync()
         self._set_recovery_point(self._log_end_offset)
-        self._rebuild_producer_state(index_from=recovered[0].base_offset if recovered else None)
+        # A tail recovered despite a clean shutdown may have lost batches a snapshot knew of.
+        self._rebuild_producer_state(index_from=recovered[0].base_offset if recovered else None,
+                                     clean_shutdown=clean_shutdown and not recovered)
+        for segment in recovered:  # last: the rebuild above re-adds their aborted-index entries
+            fsync(segment)
         logger.debug("Loaded %s: %d segments, offsets %d to %d, %d recovered",
                      self.name, len(self._segments), self._log_start_offset, self._log_end_offset, len(recovered))
 
-    def _rebuild_producer_state(self, index_from: int | None = None) -> None:
+    def _rebuild_producer_state(self, index_from: int | None = None, clean_shutdown: bool = False) -> None:
         """Producer state from the latest snapshot plus the batch headers after it, then a
         snapshot at the log end offset (so the next start has nothing to replay). ``index_from``:
         the aborted transactions whose marker is at that offset or later are written to their
-        segment's .txnindex again (recovery emptied those)."""
+        segment's .txnindex again (recovery emptied those). ``clean_shutdown``: see ``open``."""
         on_completed = None
         if index_from is not None:
             def on_completed(completed: CompletedTxn) -> None:
                 if completed.aborted and completed.last_offset >= index_from:
                     self._index_aborted(self._segments[self._segment_position(completed.last_offset)], completed)
         self.producer_state.load(self._log_start_offset, self._log_end_offset, self._batches_with_markers,
-                                 wall_clock_ms(), on_completed)
+                                 wall_clock_ms(), on_completed, clean_shutdown=clean_shutdown)
         try:
             self.producer_state.take_snapshot()
         except OSError as error:
@@ -248,35 +282,37 @@ class PartitionLog:
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
 
-    def _segment_bases_on_disk(self) -> list[int]:
-        bases = []
-        for name in os.listdir(self.dir):
-            base = parse_segment_file_name(name, LOG_SUFFIX)
-            if base is not None:
-                bases.append(base)
-        return sorted(bases)
+    def _file_names(self) -> list[str]:
+        """The names in the log's directory (created if missing): one scandir, which every
+        loading step shares."""
+        try:
+            with os.scandir(self.dir) as entries:
+                return [entry.name for entry in entries]
+        except FileNotFoundError:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            return []
 
-    def _remove_leftovers(self) -> None:
-        """Files of half-finished deletions, and indexes whose .log is gone (Kafka does the same)."""
-        names = os.listdir(self.dir)
-        logs = {parse_segment_file_name(name, LOG_SUFFIX) for name in names} - {None}
+    def _remove_leftovers(self, names: list[str]) -> bool:
+        """Files of half-finished deletions, and indexes whose .log is gone (Kafka does the same).
+        Returns whether it removed any."""
+        logs = {base for base in map(_log_base, names) if base is not None}
+        removed = False
         for name in names:
-            path = self.dir / name
             if name.endswith(_LEFTOVER_SUFFIXES):
                 logger.info("Removing leftover file %s of %s", name, self.name)
-                path.unlink(missing_ok=True)
+            elif (base := _index_base(name)) is not None and base not in logs:
+                logger.info("Removing %s of %s: its segment's .log is missing", name, self.name)
+            else:
                 continue
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-                base = parse_segment_file_name(name, suffix)
-                if base is not None and base not in logs:
-                    logger.info("Removing %s of %s: its segment's .log is missing", name, self.name)
-                    path.unlink(missing_ok=True)
+            (self.dir / name).unlink(missing_ok=True)
+            removed = True
+        return removed
 
     def _recover(self, recovery_point: int) -> list[LogSegment]:
         """Validate the segments that may hold offsets >= recovery_point; returns those it scanned."""
         first = max(0, bisect_right(self._bases, recovery_point) - 1)
         for segment in self._segments[:first]:
-            if segment.indexes_missing:
+            if segment.base_offset in self._indexes_missing:
                 logger.info("Rebuilding missing indexes of %s %s", self.name, segment.name)
                 segment.rebuild_indexes()
         recovered: list[LogSegment] = []
@@ -300,7 +336,7 @@ class PartitionLog:
 
     def _tail_needs_recovery(self, segment: LogSegment, recovery_point: int) -> bool:
         """Whether the last segment holds anything past the recovery point (or does not frame cleanly)."""
-        if segment.indexes_missing:
+        if segment.base_offset in self._indexes_missing:
             return True
         next_offset, framed_to = self._scan_next_offset(segment)
         if framed_to != segment.size:
@@ -311,7 +347,7 @@ class PartitionLog:
     @staticmethod
     def _scan_next_offset(segment: LogSegment) -> tuple[int, int]:
         """(next offset, end of the last whole batch), walking headers from the last index entry."""
-        position = segment.last_indexed_position()
+        position = segment.tail_scan_start()
         next_offset, end = segment.base_offset, position
         for header in segment.headers_from(position):
             next_offset, end = header.next_offset, header.position + header.size
@@ -759,19 +795,23 @@ class PartitionLog:
         """flush.ms: unflushed messages, and the last flush is at least flush.ms old."""
         return self._log_end_offset > self._recovery_point and now_ms - self._last_flush_ms >= self._config.flush_ms
 
-    def close(self, *, snapshot: bool = True) -> None:
+    def close(self, *, snapshot: bool = True) -> bool:
         """Close the files; with ``snapshot`` (a clean shutdown) first write the producer state at
-        the log end offset, so the next start replays nothing."""
+        the log end offset, so the next start replays nothing. Returns False when that snapshot
+        could not be written (the next start must not take the close for a clean one)."""
+        written = True
         if snapshot:
             self.producer_state.map_end_offset = self._log_end_offset
             try:
                 self.producer_state.take_snapshot(fsync=True)
             except OSError as error:
                 logger.warning("Could not write the producer snapshot of %s: %s", self.name, error)
+                written = False
         for segment in self._segments:
             segment.close()
         if self._owns_files:
             self._files.close()
+        return written
 
     def delete(self) -> None:
         """Close the log and remove its directory."""

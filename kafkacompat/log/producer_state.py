@@ -194,8 +194,10 @@ class ProducerStateManager:
     """The producer state of one partition log and its snapshot files."""
 
     def __init__(self, directory: Path, label: str, *,
-                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS) -> None:
-        self.dir = Path(directory)
+                 expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS, list_snapshots: bool = True) -> None:
+        """``list_snapshots=False``: the caller lists the directory and passes its names to
+        ``found_snapshots`` (a log opening shares one listing between all its steps)."""
+        self.dir = directory if isinstance(directory, Path) else Path(directory)
         self.label = label  # "<topic>-<partition>", for messages
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
@@ -208,7 +210,7 @@ class ProducerStateManager:
         self.verification_guards: dict[int, object] = {}
         self.map_end_offset = 0  # the state reflects the log below this offset
         self._last_snapshot_offset = 0  # as Kafka: no snapshot is written unless the map moved past it
-        self._snapshots: list[int] = self._snapshot_offsets_on_disk()
+        self._snapshots: list[int] = self._snapshot_offsets_on_disk() if list_snapshots else []
 
     # -- the append path --------------------------------------------------------------------
 
@@ -387,7 +389,11 @@ class ProducerStateManager:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return []
-        return sorted(offset for offset in map(parse_snapshot_file_name, names) if offset is not None)
+        return _snapshot_offsets(names)
+
+    def found_snapshots(self, names: Iterable[str]) -> None:
+        """The snapshot files among ``names``, the directory's listing."""
+        self._snapshots = _snapshot_offsets(names)
 
     def snapshot_path(self, offset: int) -> Path:
         return self.dir / snapshot_file_name(offset)
@@ -439,16 +445,24 @@ class ProducerStateManager:
 
     def load(self, log_start_offset: int, log_end_offset: int,
              batches_from: Callable[[int], Iterator[tuple[BatchHeader, TxnMarker | None]]], now_ms: int,
-             on_completed: Callable[[CompletedTxn], None] | None = None) -> int:
+             on_completed: Callable[[CompletedTxn], None] | None = None, *, clean_shutdown: bool = False) -> int:
         """Rebuild the state for the log [log_start_offset, log_end_offset): the latest readable
         snapshot in that range, then the batch headers (and markers) after it; ``on_completed``
         hears of every transaction a replayed marker completes (recovery rebuilds the aborted
-        index with it). Returns how many batch headers were replayed."""
+        index with it). Returns how many batch headers were replayed.
+
+        ``clean_shutdown``: the log was closed cleanly, and a clean close writes a snapshot at the
+        log end offset for every log with producer state (a directory whose snapshot could not be
+        written gets no clean-shutdown marker). So no snapshot at all means no producers, and
+        nothing is replayed (Kafka's rebuildProducerState skips the scan the same way)."""
         self.delete_snapshots_above(log_end_offset)
         self.delete_snapshots_below(log_start_offset)
         self._clear()
         start = log_start_offset
         self._last_snapshot_offset = log_start_offset
+        if clean_shutdown and not self._snapshots:
+            self.map_end_offset = log_end_offset
+            return 0
         while self._snapshots:
             offset = self._snapshots[-1]
             path = self.snapshot_path(offset)
@@ -488,6 +502,10 @@ class ProducerStateManager:
                        "Rebuilt the producer state of %s from offset %d: replayed %d batch headers, %d producers",
                        self.label, start, replayed, len(self.producers))
         return replayed
+
+
+def _snapshot_offsets(names: Iterable[str]) -> list[int]:
+    return sorted(offset for offset in map(parse_snapshot_file_name, names) if offset is not None)
 
 
 def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, fsync: bool = False) -> None:

@@ -115,10 +115,11 @@ class LogSegment:
     ) -> None:
         self.base_offset = base_offset
         self.label = label  # "<topic>-<partition>", for messages
-        self.log_path = str(directory / segment_file_name(base_offset, LOG_SUFFIX))
-        self.index_path = str(directory / segment_file_name(base_offset, INDEX_SUFFIX))
-        self.time_index_path = str(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
-        self.txn_index = TransactionIndex(str(directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)), label)
+        stem = os.path.join(directory, f"{base_offset:020d}")  # no pathlib: 10,000 partitions load these
+        self.log_path = stem + LOG_SUFFIX
+        self.index_path = stem + INDEX_SUFFIX
+        self.time_index_path = stem + TIME_INDEX_SUFFIX
+        self.txn_index = TransactionIndex(stem + TXN_INDEX_SUFFIX, label)
         self.size = size
         # Offset after the last batch; None until somebody needs it for a loaded segment.
         self.next_offset: int | None = None
@@ -256,6 +257,18 @@ class LogSegment:
     def last_indexed_position(self) -> int:
         self.ensure_indexes()
         return self._offset_index.last_entry()[1]
+
+    def tail_scan_start(self) -> int:
+        """A batch boundary from which to walk the headers to the end, as cheaply as it can be
+        had: the last offset index entry, read without loading the indexes when they are not yet
+        (position 0 for a segment too small to have one, by the index.interval.bytes rule)."""
+        if not self._offset_index.loaded:
+            if self.size <= self._index_interval_bytes:
+                return 0
+            position = self._offset_index.peek_last_position(self.size)
+            if position is not None:
+                return position
+        return self.last_indexed_position()
 
     def offset_index_entries(self) -> list[tuple[int, int]]:
         self.ensure_indexes()

@@ -84,7 +84,7 @@ def finish_swap(cleaned: CleanedSegment) -> None:
     fsync_directory(cleaned.directory)
 
 
-def complete_interrupted_swaps(directory: Path, label: str) -> int:
+def complete_interrupted_swaps(directory: Path, label: str, names: list[str] | None = None) -> int:
     """Finish what a crash interrupted; returns the swaps completed.
 
     Index ``.swap`` files are dropped (indexes are rebuilt). A ``<base>.log.swap`` holds the cleaned
@@ -92,7 +92,9 @@ def complete_interrupted_swaps(directory: Path, label: str) -> int:
     deleted, with their indexes, and the swap file takes its final name. ``.cleaned`` files are
     left for PartitionLog's leftover sweep (their swap never started, the old segments are whole).
     """
-    names = os.listdir(directory)
+    names = os.listdir(directory) if names is None else names
+    if not any(name.endswith(SWAP_SUFFIX) for name in names):
+        return 0
     for name in names:
         if name.endswith(SWAP_SUFFIX) and not name.endswith((LOG_SUFFIX + SWAP_SUFFIX, TXN_INDEX_SUFFIX + SWAP_SUFFIX)):
             logger.info("Removing %s of %s: an index of an interrupted swap (it will be rebuilt)", name, label)

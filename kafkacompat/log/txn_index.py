@@ -133,6 +133,11 @@ class TransactionIndex:
         self.delete()
         self._entries = []
 
+    def found_empty(self) -> None:
+        """The file is known not to exist (a directory listing): no entries, nothing to delete."""
+        self._entries = []
+        self._unwritten = False
+
     def delete(self) -> None:
         try:
             os.unlink(self.path)

@@ -21,6 +21,8 @@ import logging
 import os
 from pathlib import Path
 
+from kafkacompat.log.checkpoint import read_small_file
+
 log = logging.getLogger("kafkacompat.replication")
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
@@ -35,27 +37,34 @@ class LeaderEpochCache:
         self.label = label
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        self._file_exists = False
 
     # ---- file --------------------------------------------------------------------------
 
     @classmethod
     def load(cls, directory: Path, label: str = "") -> "LeaderEpochCache":
         cache = cls(directory, label)
-        if cache.path is not None and cache.path.exists():
+        if cache.path is not None:
             try:
                 cache._epochs, cache._offsets = read_checkpoint(cache.path)
+                cache._file_exists = True
+            except FileNotFoundError:
+                pass
             except (OSError, ValueError) as exc:
                 log.warning("Ignoring unreadable leader epoch checkpoint %s: %s", cache.path, exc)
                 cache._epochs, cache._offsets = [], []
+                cache._file_exists = True
         return cache
 
     @property
     def file_exists(self) -> bool:
-        return self.path is not None and self.path.exists()
+        """Whether the checkpoint file was there when loaded or has been written since."""
+        return self._file_exists
 
     def flush(self) -> None:
         if self.path is not None:
             write_checkpoint(self.path, self.entries())
+            self._file_exists = True
 
     # ---- queries -----------------------------------------------------------------------
 
@@ -136,7 +145,7 @@ class LeaderEpochCache:
 
 
 def read_checkpoint(path: Path) -> tuple[list[int], list[int]]:
-    lines = path.read_text().splitlines()
+    lines = read_small_file(path).splitlines()
     if len(lines) < 2:
         raise ValueError("missing version or entry count")
     version = int(lines[0].strip())

@@ -17,6 +17,7 @@ import trio
 
 from kafkacompat.controller.topics import TopicInfo, decode_topic_id, encode_topic_id
 from kafkacompat.log import LogConfig, LogManager
+from kafkacompat.log.checkpoint import read_small_file
 from kafkacompat.log.manager import AllLogDirsFailed
 from kafkacompat.quotas import ReplicationQuota
 from kafkacompat.replication import log_dirs
@@ -99,11 +100,12 @@ class ReplicaManager:
         are closed again (``close_opened``) before the error is raised. Returns the indexes whose
         log this call created (the others were on disk already)."""
         created: set[int] = set()
+        min_insync_replicas = self._min_insync_replicas(topic)  # the same for all: parsed once
         try:
             for index in indexes:
                 if self.logs.get(topic.name, index) is None:
                     created.add(index)
-                self.open_partition(topic.name, index, lead=lead, topic=topic)
+                self.open_partition(topic.name, index, lead=lead, topic=topic, min_insync_replicas=min_insync_replicas)
         except OSError:
             self.close_opened(topic.name, indexes, created)
             raise
@@ -123,25 +125,28 @@ class ReplicaManager:
                 log.error("Could not delete the half-created log of %s-%d (%s); it stays as a stray directory",
                           name, index, error)
 
-    def open_partition(self, name: str, index: int, *, lead: bool = False, topic: TopicInfo | None = None) -> Partition:
+    def open_partition(self, name: str, index: int, *, lead: bool = False, topic: TopicInfo | None = None,
+                       min_insync_replicas: int | None = None) -> Partition:
         """The partition's log (created if missing); ``lead``: this broker leads it at once (a
         single node), else it waits for the controller's state. ``topic``: its topic, when not
         the one in the metadata (a single node opens a topic's logs before recording it)."""
         topic = topic if topic is not None else self.topics.get(name)
         partition_log = self.logs.get(name, index)
-        if partition_log is not None and topic is not None and _belongs_to_other_topic(partition_log.dir, topic):
+        on_disk = _topic_id_on_disk(partition_log.dir) if partition_log is not None else None
+        if on_disk is not None and topic is not None and topic.topic_id.int != 0 and on_disk != topic.topic_id:
             log.warning("The log of %s-%d on disk belongs to an earlier topic of that name (deleted and "
                         "recreated while this broker was away); deleting it", name, index)
             self.logs.delete_partition(name, index)
-            partition_log = None
+            partition_log, on_disk = None, None
         if partition_log is None:
             partition_log = self.logs.create(name, index, self.log_config(topic))
-        if topic is not None:
+        if topic is not None and on_disk is None:
             _write_partition_metadata(partition_log.dir, topic.topic_id)
         partition = Partition(
             name, index, partition_log, local_id=self.node_id, leader_id=self.node_id if lead else -1,
             lag_time_max_ms=self.config.replica_lag_time_max_ms,
-            min_insync_replicas=self._min_insync_replicas(topic),
+            min_insync_replicas=(self._min_insync_replicas(topic) if min_insync_replicas is None
+                                 else min_insync_replicas),
         )
         self.partitions[(name, index)] = partition
         self.moves.resume((name, index))  # a move a restart interrupted
@@ -420,18 +425,13 @@ class ReplicaManager:
 def _topic_id_on_disk(partition_dir: Path) -> uuid.UUID | None:
     """The topic id in a partition directory's partition.metadata, if it has a readable one."""
     try:
-        for line in (partition_dir / PARTITION_METADATA).read_text().splitlines():
+        for line in read_small_file(os.path.join(partition_dir, PARTITION_METADATA)).splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "topic_id":
                 return decode_topic_id(value.strip())
     except (OSError, ValueError):
         return None
     return None
-
-
-def _belongs_to_other_topic(partition_dir: Path, topic: TopicInfo) -> bool:
-    on_disk = _topic_id_on_disk(partition_dir)
-    return on_disk is not None and topic.topic_id.int != 0 and on_disk != topic.topic_id
 
 
 def _write_partition_metadata(partition_dir: Path, topic_id: uuid.UUID) -> None:

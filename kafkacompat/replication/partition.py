@@ -87,6 +87,9 @@ class Partition:
         self.epochs = self._load_epoch_cache()
         self._waiters: set[trio.Event] = set()
         self.offline_dir: str | None = None  # its log directory failed (Kafka's HostedPartition.Offline)
+        # LocalMetadata's PartitionState of this partition, reused while what it copies is unchanged.
+        self.metadata_state: "PartitionState | None" = None
+        self.metadata_lists: tuple[list[int] | None, list[int] | None] = (None, None)  # the lists it copied
 
     def __repr__(self) -> str:
         return f"{self.topic}-{self.index}"

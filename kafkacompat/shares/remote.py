@@ -30,6 +30,7 @@ INITIALIZE_SHARE_GROUP_STATE = 83
 READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
 DELETE_SHARE_GROUP_STATE = 86
+LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST_TIMESTAMP = 2, 7, -1
 RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
              ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
 RETRY_BACKOFF_S = 0.1
@@ -81,6 +82,30 @@ class RoutingPersister:
             _raise_partition_error(await self._call(target, DELETE_SHARE_GROUP_STATE, 0, request))
 
         await self._retrying(key, once)
+
+    async def high_watermarks(self, leader: int, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The high watermarks of partitions that ``leader`` leads, asked with one ListOffsets
+        (latest, read_uncommitted); a partition it answers with an error, or a leader that does
+        not answer within ``share.coordinator.write.timeout.ms``, is left out."""
+        cls = codec.request_class(LIST_OFFSETS)
+        by_topic: dict[str, list[int]] = {}
+        for name, index in partitions:
+            by_topic.setdefault(name, []).append(index)
+        request = cls(replica_id=-1, isolation_level=0, timeout_ms=int(self.timeout_s * 1000), topics=[
+            cls.ListOffsetsTopic(name=name, partitions=[cls.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=index, timestamp=LATEST_TIMESTAMP) for index in indexes])
+            for name, indexes in by_topic.items()])
+        answer = None
+        with trio.move_on_after(self.timeout_s):
+            try:
+                answer = await self._call(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+            except (KafkaError, OSError, trio.BrokenResourceError, ConnectionError) as exc:
+                log.info("Broker %d did not give the high watermarks of %s for a share group's lag: %s",
+                         leader, partitions, exc)
+        if answer is None:
+            return {}
+        return {(topic.name, p.partition_index): p.offset for topic in answer.topics for p in topic.partitions
+                if p.error_code == ErrorCode.NONE and p.offset >= 0}
 
     async def _retrying(self, key: ShareKey, attempt):
         last: KafkaError | None = None

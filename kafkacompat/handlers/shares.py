@@ -262,7 +262,7 @@ async def handle_share_fetch(request, ctx: RequestContext):
     elif not getattr(request, "is_renew_ack", False) and mode != RENEW_ACQUIRE_MODE:
         await _fetch_into(ctx, request, group_id, member_id, list(session.partitions), results)
     return response_for(SHARE_FETCH, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms(group_id),
                         responses=results.topics(), node_endpoints=results.node_endpoints())
 
 
@@ -330,7 +330,7 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
     if epoch == FINAL_EPOCH:
         await _close_session(ctx, group_id, member_id)
     return response_for(SHARE_ACKNOWLEDGE, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms(group_id),
                         responses=results.topics(), node_endpoints=results.node_endpoints())
 
 

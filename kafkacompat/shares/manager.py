@@ -13,6 +13,7 @@ so memory never disagrees with what is durable for long. Acquisition locks are t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import trio
 
+from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.shares.partition import (
     AcknowledgementBatch,
     AcquiredRange,
@@ -81,6 +83,7 @@ class GroupShareConfig:
 
     auto_offset_reset: str = "latest"
     isolation_level: int = READ_UNCOMMITTED
+    lock_duration_s: float = 30.0
 
 
 class SharePartitionManager:
@@ -97,12 +100,13 @@ class SharePartitionManager:
         self.entries: dict[ShareKey, _Entry] = {}
         self._initializing: dict[ShareKey, trio.Event] = {}
         self._changed = trio.Event()  # records released, or a new lock to time
-        self.group_configs: dict[str, GroupShareConfig] = {}
+        # Per-group configs (the broker replaces these with the ones kept in step with the store).
+        self.group_configs = GroupConfigs(config)
         self._dirty: set[ShareKey] = set()  # released in memory, to persist in the next round of run
 
-    @property
-    def lock_duration_ms(self) -> int:
-        return self.config.group_share_record_lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The group's share.record.lock.duration.ms (else the broker's)."""
+        return self.group_configs.of(group_id).share_record_lock_duration_ms
 
     # ---- share partitions -----------------------------------------------------------------------
 
@@ -122,6 +126,7 @@ class SharePartitionManager:
         while True:
             entry = self.entries.get(key)
             if entry is not None and entry.leader_epoch == partition.leader_epoch:
+                entry.share.config = self._partition_config(group_id)  # the group's lock duration may have changed
                 return entry.share, partition
             waiting = self._initializing.get(key)
             if waiting is None:
@@ -140,7 +145,7 @@ class SharePartitionManager:
     async def _initialize(self, key: ShareKey, topic: "TopicInfo",
                           partition: "Partition") -> tuple[SharePartition, int]:
         group_id, _, index = key
-        share = SharePartition(group_id, topic.name, index, 0, self.partition_config)
+        share = SharePartition(group_id, topic.name, index, 0, self._partition_config(group_id))
         persisted = await self.persister.read_state(key)
         if persisted is not None and persisted.start_offset >= 0:
             share.restore(persisted.start_offset, persisted.batches)
@@ -157,7 +162,16 @@ class SharePartitionManager:
         return share, 0
 
     def group_config(self, group_id: str) -> GroupShareConfig:
-        return self.group_configs.get(group_id, GroupShareConfig())
+        settings = self.group_configs.of(group_id)
+        return GroupShareConfig(settings.share_auto_offset_reset,
+                                READ_COMMITTED if settings.share_isolation_level == "read_committed"
+                                else READ_UNCOMMITTED, settings.share_record_lock_duration_ms / 1000)
+
+    def _partition_config(self, group_id: str) -> SharePartitionConfig:
+        lock_duration_s = self.group_config(group_id).lock_duration_s
+        if lock_duration_s == self.partition_config.lock_duration_s:
+            return self.partition_config
+        return dataclasses.replace(self.partition_config, lock_duration_s=lock_duration_s)
 
     async def _persist(self, key: ShareKey, share: SharePartition, partition: "Partition") -> None:
         entry = self.entries.get(key)

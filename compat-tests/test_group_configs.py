@@ -1,0 +1,167 @@
+"""Kafka 4's per-group configs (ConfigResource type GROUP) against a real broker process:
+kafka-python's admin client describes, alters (incrementally and replacing) and lists them,
+with Kafka's validation against the broker's group.consumer.* / group.share.* bounds, and the
+coordinators apply them: a share group set to share.auto.offset.reset=earliest reads from the
+start with confluent-kafka's ShareConsumer, and a group's heartbeat interval and lock duration
+are what its members are told. (confluent-kafka's AdminClient has no GROUP config resource:
+its ResourceType.GROUP is the ACL resource type.)"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+pytest.register_assert_rewrite("clients")
+
+from clients import Msg, RawConnection, confluent_send, create_topic  # noqa: E402
+from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient  # noqa: E402
+from test_consumer_protocol import heartbeat  # noqa: E402
+from test_shares_raw import Member, acquired, call  # noqa: E402
+from test_client_telemetry import listed  # noqa: E402
+
+from kafkacompat.testing.process import BrokerProcess  # noqa: E402
+from kafkacompat.wire import codec  # noqa: E402
+from kafkacompat.wire.errors import ErrorCode  # noqa: E402
+
+GROUP = 32
+DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 44
+GROUP_CONFIG, DEFAULT_CONFIG = 8, 5
+SET, DELETE = 0, 1
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("group-configs") / "data").start()
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture
+def admin(broker):
+    client = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    yield client
+    client.close()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def alter(conn: RawConnection, group: str, *ops: tuple[str, str | None, int], validate_only: bool = False):
+    cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS)
+    resource = cls.AlterConfigsResource
+    (result,) = call(conn, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=validate_only, resources=[resource(
+        resource_type=GROUP, resource_name=group,
+        configs=[resource.AlterableConfig(name=k, config_operation=op, value=v) for k, v, op in ops])]).responses
+    return result.error_code, result.error_message
+
+
+def described(conn: RawConnection, group: str) -> dict[str, tuple[str, int]]:
+    cls = codec.request_class(DESCRIBE_CONFIGS)
+    (result,) = call(conn, DESCRIBE_CONFIGS, 4, include_synonyms=False, include_documentation=False, resources=[
+        cls.DescribeConfigsResource(resource_type=GROUP, resource_name=group, configuration_keys=None)]).results
+    assert result.error_code == 0, result
+    return {c.name: (c.value, c.config_source) for c in result.configs}
+
+
+def test_group_configs_are_described_with_the_broker_defaults_and_set_by_kafka_python(broker, admin):
+    group = unique("cfg")
+    with RawConnection(broker.bootstrap) as conn:
+        assert described(conn, group) == {
+            "consumer.session.timeout.ms": ("45000", DEFAULT_CONFIG),
+            "consumer.heartbeat.interval.ms": ("5000", DEFAULT_CONFIG),
+            "share.session.timeout.ms": ("45000", DEFAULT_CONFIG),
+            "share.heartbeat.interval.ms": ("5000", DEFAULT_CONFIG),
+            "share.record.lock.duration.ms": ("30000", DEFAULT_CONFIG),
+            "share.auto.offset.reset": ("latest", DEFAULT_CONFIG),
+            "share.isolation.level": ("read_uncommitted", DEFAULT_CONFIG),
+        }
+        result = admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
+            "share.auto.offset.reset": (AlterConfigOp.SET, "earliest"),
+            "consumer.heartbeat.interval.ms": (AlterConfigOp.SET, "6000")})], incremental=True)
+        assert result == {"group": {group: "OK"}}
+        got = described(conn, group)
+        assert got["share.auto.offset.reset"] == ("earliest", GROUP_CONFIG)
+        assert got["consumer.heartbeat.interval.ms"] == ("6000", GROUP_CONFIG)
+        assert got["share.session.timeout.ms"] == ("45000", DEFAULT_CONFIG)
+        by_client = admin.describe_configs([ConfigResource(ConfigResourceType.GROUP, group)],
+                                           config_filter="all")["group"][group]
+        assert by_client["share.auto.offset.reset"]["value"] == "earliest"
+        assert by_client["share.auto.offset.reset"]["config_source"] == "DYNAMIC_GROUP_CONFIG"
+        assert by_client["share.isolation.level"]["config_source"] == "DEFAULT_CONFIG"
+        assert by_client["consumer.heartbeat.interval.ms"]["config_type"] == "INT"
+        assert group in admin.list_config_resources()["group"]
+        assert (GROUP, group) in listed(conn, 1, [GROUP])[1]
+        refused = admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
+            "share.session.timeout.ms": (AlterConfigOp.SET, "90000")})], incremental=True)["group"][group]
+        assert "Error 40" in refused and "group.share.max.session.timeout.ms" in refused, refused
+        assert alter(conn, group, ("share.auto.offset.reset", None, DELETE),
+                     ("consumer.heartbeat.interval.ms", None, DELETE)) == (0, None)
+        assert all(source == DEFAULT_CONFIG for _, source in described(conn, group).values())
+        assert (GROUP, group) not in listed(conn, 1, [GROUP])[1]
+
+
+@pytest.mark.parametrize("ops, message", [
+    ([("no.such.config", "1", SET)], "Unknown group config name: no.such.config"),
+    ([("share.auto.offset.reset", "sometime", SET)], "share.auto.offset.reset"),
+    ([("share.isolation.level", "dirty", SET)], "share.isolation.level"),
+    ([("consumer.session.timeout.ms", "abc", SET)], "Not a number of type INT"),
+    ([("consumer.session.timeout.ms", "30000", SET)],
+     "consumer.session.timeout.ms must be greater than or equal to group.consumer.min.session.timeout.ms"),
+    ([("share.heartbeat.interval.ms", "20000", SET)],
+     "share.heartbeat.interval.ms must be less than or equal to group.share.max.heartbeat.interval.ms"),
+    ([("share.record.lock.duration.ms", "10000", SET)],
+     "share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms"),
+])
+def test_invalid_group_configs_are_refused_as_kafka_refuses_them(broker, ops, message):
+    group = unique("bad")
+    with RawConnection(broker.bootstrap) as conn:
+        code, got = alter(conn, group, *ops)
+        assert code == ErrorCode.INVALID_CONFIG and message in got, got
+        assert alter(conn, "", ("share.auto.offset.reset", "earliest", SET))[0] == ErrorCode.INVALID_REQUEST
+        assert alter(conn, group, ("share.auto.offset.reset", "earliest", SET), validate_only=True) == (0, None)
+        assert described(conn, group)["share.auto.offset.reset"] == ("latest", DEFAULT_CONFIG)  # validated only
+
+
+def test_share_auto_offset_reset_earliest_makes_a_new_share_group_read_from_the_start(broker, admin):
+    from confluent_kafka import ShareConsumer
+
+    topic, group = unique("early"), unique("g")
+    create_topic(broker.bootstrap, topic)
+    confluent_send(broker.bootstrap, topic, [Msg(b"before-%d" % i) for i in range(3)])
+    admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
+        "share.auto.offset.reset": (AlterConfigOp.SET, "earliest")})], incremental=True)
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 3 and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.poll(0.5) if m.error() is None]
+        assert got == [b"before-0", b"before-1", b"before-2"]
+    finally:
+        consumer.close()
+
+
+def test_a_groups_heartbeat_intervals_and_lock_duration_are_what_its_members_are_told(broker):
+    topic = unique("hb")
+    create_topic(broker.bootstrap, topic)
+    share_group, consumer_group = unique("share"), unique("consumer")
+    with RawConnection(broker.bootstrap) as conn:
+        assert alter(conn, share_group, ("share.heartbeat.interval.ms", "7000", SET),
+                     ("share.record.lock.duration.ms", "20000", SET)) == (0, None)
+        assert alter(conn, consumer_group, ("consumer.heartbeat.interval.ms", "8000", SET)) == (0, None)
+        member = Member(conn, share_group, topic)
+        assert member.join().heartbeat_interval_ms == 7000
+        opened = member.fetch()
+        assert opened.error_code == 0 and opened.acquisition_lock_timeout_ms == 20000
+        confluent_send(broker.bootstrap, topic, [Msg(b"x")])
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 0, 1)]
+    joined = heartbeat(broker, group_id=consumer_group, member_id="m1", member_epoch=0, rebalance_timeout_ms=30000,
+                       subscribed_topic_names=[topic], topic_partitions=[])
+    assert joined.error_code == 0 and joined.heartbeat_interval_ms == 8000
+    other = heartbeat(broker, group_id=unique("consumer"), member_id="m1", member_epoch=0, rebalance_timeout_ms=30000,
+                      subscribed_topic_names=[topic], topic_partitions=[])
+    assert other.error_code == 0 and other.heartbeat_interval_ms == 5000  # the broker's

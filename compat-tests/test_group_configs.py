@@ -165,3 +165,120 @@ def test_a_groups_heartbeat_intervals_and_lock_duration_are_what_its_members_are
     other = heartbeat(broker, group_id=unique("consumer"), member_id="m1", member_epoch=0, rebalance_timeout_ms=30000,
                       subscribed_topic_names=[topic], topic_partitions=[])
     assert other.error_code == 0 and other.heartbeat_interval_ms == 5000  # the broker's
+
+
+def test_alter_configs_replaces_a_groups_configs(broker):
+    alter_configs = 33
+    group = unique("replace")
+    with RawConnection(broker.bootstrap) as conn:
+        assert alter(conn, group, ("share.auto.offset.reset", "earliest", SET)) == (0, None)
+        cls = codec.request_class(alter_configs)
+        resource = cls.AlterConfigsResource
+        (result,) = call(conn, alter_configs, 2, validate_only=False, resources=[resource(
+            resource_type=GROUP, resource_name=group,
+            configs=[resource.AlterableConfig(name="share.isolation.level", value="read_committed")])]).responses
+        assert result.error_code == 0, result
+        got = described(conn, group)
+        assert got["share.isolation.level"] == ("read_committed", GROUP_CONFIG)
+        assert got["share.auto.offset.reset"] == ("latest", DEFAULT_CONFIG)  # replaced: no longer set
+
+
+def test_a_group_config_set_through_one_broker_applies_on_the_groups_coordinator(tmp_path):
+    from cluster import ZooKeeperCluster
+    from test_replication_failover import FAST, deadline_loop
+
+    topic, group = unique("hbc"), unique("share")
+    with ZooKeeperCluster(tmp_path, brokers=2, extra_args=FAST) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 2)
+        create_topic(cluster.bootstrap, topic)
+        for _ in deadline_loop(30, "the group's coordinator", interval=0.2):
+            with RawConnection(cluster.brokers[0].bootstrap) as conn:
+                (found,) = call(conn, 10, 4, key_type=0, coordinator_keys=[group]).coordinators
+            if found.error_code == 0:
+                break
+        elsewhere = next(b for b in cluster.brokers if b != found.node_id)
+        with RawConnection(cluster.brokers[elsewhere].bootstrap) as conn:
+            assert alter(conn, group, ("share.heartbeat.interval.ms", "9000", SET)) == (0, None)
+        with RawConnection(f"{found.host}:{found.port}") as conn:
+            # the coordinator learns of the change from the metadata store's notification
+            for _ in deadline_loop(30, "the coordinator to apply the group's heartbeat interval", interval=0.2):
+                member = Member(conn, group, topic)
+                answer = member.join()
+                call(conn, 76, 1, group_id=group, member_id=member.member_id, member_epoch=-1)  # leaves
+                if answer.heartbeat_interval_ms == 9000:
+                    break
+
+
+def test_share_isolation_level_read_committed_holds_back_an_open_transaction(broker):
+    from confluent_kafka import Producer
+
+    topic, group = unique("txn"), unique("share")
+    create_topic(broker.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": unique("tx")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in-txn")
+    assert producer.flush(10) == 0
+    with RawConnection(broker.bootstrap) as conn:
+        assert alter(conn, group, ("share.isolation.level", "read_committed", SET),
+                     ("share.auto.offset.reset", "earliest", SET)) == (0, None)
+        member = Member(conn, group, topic)
+        member.join()
+        assert acquired(member.fetch()) == []
+        assert acquired(member.fetch(max_wait_ms=1000)) == []  # the open transaction is not stable yet
+        dirty_group = unique("dirty")
+        assert alter(conn, dirty_group, ("share.auto.offset.reset", "earliest", SET)) == (0, None)
+        dirty = Member(conn, dirty_group, topic)
+        dirty.join()
+        seen = acquired(dirty.fetch())  # (the session's opening fetch acquires too)
+        seen += acquired(dirty.fetch(max_wait_ms=5000)) if not seen else []
+        assert seen == [(0, 0, 1)]  # read_uncommitted, the broker's default, reads it
+        producer.commit_transaction(30)
+        got = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = acquired(member.fetch(max_wait_ms=1000))
+        assert got and got[0][0] == 0, got
+
+
+SHORT_BOUNDS = [arg for key, value in {
+    "group.share.min.session.timeout.ms": "1000", "group.share.min.heartbeat.interval.ms": "500",
+    "group.consumer.min.session.timeout.ms": "1000", "group.consumer.min.heartbeat.interval.ms": "500",
+}.items() for arg in ("--set", f"{key}={value}")]
+
+
+@pytest.fixture(scope="module")
+def short_bounds_broker(tmp_path_factory):
+    proc = BrokerProcess(tmp_path_factory.mktemp("group-configs-short") / "data", extra_args=SHORT_BOUNDS).start()
+    yield proc
+    proc.kill()
+
+
+def test_a_groups_own_session_timeout_removes_its_silent_members(short_bounds_broker):
+    """The broker's session timeouts are 45 s; the groups' own 2 s ones remove a member that stops
+    heartbeating well within the 30 s waited here."""
+    from test_replication_failover import deadline_loop
+
+    broker = short_bounds_broker
+    topic, share_group, consumer_group = unique("st"), unique("share"), unique("consumer")
+    create_topic(broker.bootstrap, topic)
+    with RawConnection(broker.bootstrap) as conn:
+        assert alter(conn, share_group, ("share.session.timeout.ms", "2000", SET),
+                     ("share.heartbeat.interval.ms", "1000", SET)) == (0, None)
+        assert alter(conn, consumer_group, ("consumer.session.timeout.ms", "2000", SET),
+                     ("consumer.heartbeat.interval.ms", "1000", SET)) == (0, None)
+        member = Member(conn, share_group, topic)
+        member.join()
+        joined = heartbeat(broker, group_id=consumer_group, member_id="m1", member_epoch=0,
+                           rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
+        assert joined.error_code == 0 and joined.heartbeat_interval_ms == 1000
+        for _ in deadline_loop(30, "the silent share member to be removed", interval=0.5):
+            answer = call(conn, 76, 1, group_id=share_group, member_id=member.member_id, member_epoch=member.epoch)
+            if answer.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                break
+            time.sleep(5)  # silent for well over the session timeout (and the 1 s expiry round)
+        for _ in deadline_loop(30, "the silent consumer member to be removed", interval=0.5):
+            time.sleep(5)
+            answer = heartbeat(broker, group_id=consumer_group, member_id="m1", member_epoch=joined.member_epoch)
+            if answer.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                break

@@ -477,9 +477,14 @@ async def _describe_offsets(ctx: RequestContext, group, cls):
     if ctx.version >= 1 and started:
         high_watermarks = await _high_watermarks(ctx, [(topic, answer.partition_index) for topic, answer, _ in started])
         for topic, answer, complete in started:
-            high_watermark = high_watermarks.get((topic.name, answer.partition_index), -1)
-            if high_watermark >= 0:
-                answer.lag = max(high_watermark - answer.start_offset - complete, 0)
+            found = high_watermarks.get((topic.name, answer.partition_index))
+            if isinstance(found, int):
+                answer.lag = found - answer.start_offset - complete
+            else:  # as Kafka: the partition answers why its latest offset is unknown, and nothing else
+                unknown = found or KafkaError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                              f"{topic.name}-{answer.partition_index} has no leader")
+                answer.start_offset = answer.leader_epoch = 0
+                answer.error_code, answer.error_message = unknown.code, unknown.message
     return group_cls(group_id=group.group_id, topics=topics)
 
 
@@ -500,13 +505,14 @@ async def _described_partition(ctx: RequestContext, group_id: str, topic: "Topic
     return answer, delivery_complete_count(state.start_offset, state.batches)
 
 
-async def _high_watermarks(ctx: RequestContext, wanted: list[tuple["TopicInfo", int]]) -> dict[tuple[str, int], int]:
+async def _high_watermarks(ctx: RequestContext,
+                           wanted: list[tuple["TopicInfo", int]]) -> dict[tuple[str, int], "int | KafkaError"]:
     """Each partition's high watermark: read here where this broker leads it, else asked of its
-    leader with one ListOffsets per leader broker (Kafka's PartitionMetadataClient); a partition
-    whose leader cannot tell is left out (its lag stays -1)."""
+    leader with one ListOffsets per leader broker (Kafka's PartitionMetadataClient); the error
+    instead where the leader could not tell, and nothing for a partition without a leader."""
     from kafkacompat.shares.remote import RoutingPersister
 
-    found: dict[tuple[str, int], int] = {}
+    found: dict[tuple[str, int], int | KafkaError] = {}
     remote: dict[int, list[tuple[str, int]]] = {}
     for topic, index in wanted:
         partition = ctx.replicas.partition(topic.name, index)

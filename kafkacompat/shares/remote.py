@@ -83,10 +83,11 @@ class RoutingPersister:
 
         await self._retrying(key, once)
 
-    async def high_watermarks(self, leader: int, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    async def high_watermarks(self, leader: int,
+                              partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | KafkaError]:
         """The high watermarks of partitions that ``leader`` leads, asked with one ListOffsets
-        (latest, read_uncommitted); a partition it answers with an error, or a leader that does
-        not answer within ``share.coordinator.write.timeout.ms``, is left out."""
+        (latest, read_uncommitted); the error instead for a partition it answers with one, and
+        for all when it does not answer within ``share.coordinator.write.timeout.ms``."""
         cls = codec.request_class(LIST_OFFSETS)
         by_topic: dict[str, list[int]] = {}
         for name, index in partitions:
@@ -95,17 +96,24 @@ class RoutingPersister:
             cls.ListOffsetsTopic(name=name, partitions=[cls.ListOffsetsTopic.ListOffsetsPartition(
                 partition_index=index, timestamp=LATEST_TIMESTAMP) for index in indexes])
             for name, indexes in by_topic.items()])
+        failure = KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"Broker {leader} did not give the latest offsets within "
+                                                          f"share.coordinator.write.timeout.ms")
         answer = None
         with trio.move_on_after(self.timeout_s):
             try:
                 answer = await self._call(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
-            except (KafkaError, OSError, trio.BrokenResourceError, ConnectionError) as exc:
-                log.info("Broker %d did not give the high watermarks of %s for a share group's lag: %s",
-                         leader, partitions, exc)
+            except KafkaError as exc:
+                failure = exc
+            except (OSError, trio.BrokenResourceError, ConnectionError) as exc:
+                failure = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"Broker {leader} is unreachable: {exc}")
         if answer is None:
-            return {}
-        return {(topic.name, p.partition_index): p.offset for topic in answer.topics for p in topic.partitions
-                if p.error_code == ErrorCode.NONE and p.offset >= 0}
+            log.info("No latest offsets of %s from broker %d for a share group's lag: %s", partitions, leader,
+                     failure.message)
+            return {key: failure for key in partitions}
+        return {(topic.name, p.partition_index): p.offset if p.error_code == ErrorCode.NONE
+                else KafkaError(ErrorCode(p.error_code), f"Broker {leader} has no latest offset of "
+                                                         f"{topic.name}-{p.partition_index}")
+                for topic in answer.topics for p in topic.partitions}
 
     async def _retrying(self, key: ShareKey, attempt):
         last: KafkaError | None = None

@@ -18,7 +18,7 @@ pytest.register_assert_rewrite("clients")
 from clients import Msg, RawConnection, confluent_send, create_topic  # noqa: E402
 from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType, KafkaAdminClient  # noqa: E402
 from test_consumer_protocol import heartbeat  # noqa: E402
-from test_shares_raw import Member, acquired, call  # noqa: E402
+from test_shares_raw import ACCEPT, Member, acquired, call  # noqa: E402
 from test_client_telemetry import listed  # noqa: E402
 
 from kafkacompat.testing.process import BrokerProcess  # noqa: E402
@@ -75,6 +75,7 @@ def test_group_configs_are_described_with_the_broker_defaults_and_set_by_kafka_p
             "share.session.timeout.ms": ("45000", DEFAULT_CONFIG),
             "share.heartbeat.interval.ms": ("5000", DEFAULT_CONFIG),
             "share.record.lock.duration.ms": ("30000", DEFAULT_CONFIG),
+            "share.delivery.count.limit": ("5", DEFAULT_CONFIG),
             "share.auto.offset.reset": ("latest", DEFAULT_CONFIG),
             "share.isolation.level": ("read_uncommitted", DEFAULT_CONFIG),
         }
@@ -112,6 +113,8 @@ def test_group_configs_are_described_with_the_broker_defaults_and_set_by_kafka_p
      "consumer.session.timeout.ms must be greater than or equal to group.consumer.min.session.timeout.ms"),
     ([("share.heartbeat.interval.ms", "20000", SET)],
      "share.heartbeat.interval.ms must be less than or equal to group.share.max.heartbeat.interval.ms"),
+    ([("share.delivery.count.limit", "11", SET)],
+     "share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit"),
     ([("share.record.lock.duration.ms", "10000", SET)],
      "share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms"),
 ])
@@ -282,3 +285,20 @@ def test_a_groups_own_session_timeout_removes_its_silent_members(short_bounds_br
             answer = heartbeat(broker, group_id=consumer_group, member_id="m1", member_epoch=joined.member_epoch)
             if answer.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 break
+
+
+def test_a_groups_delivery_count_limit_archives_a_record_released_that_often(broker):
+    from test_shares_raw import RELEASE
+
+    topic, group = unique("dcl"), unique("share")
+    create_topic(broker.bootstrap, topic)
+    with RawConnection(broker.bootstrap) as conn:
+        assert alter(conn, group, ("share.delivery.count.limit", "2", SET)) == (0, None)  # the broker's is 5
+        member = Member(conn, group, topic)
+        member.join()
+        member.fetch()
+        confluent_send(broker.bootstrap, topic, [Msg(b"twice"), Msg(b"next")])
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 1, 1)]
+        assert acquired(member.fetch([(0, 0, RELEASE), (1, 1, ACCEPT)], max_wait_ms=5000)) == [(0, 0, 2)]
+        # released at its second delivery: archived, not delivered a third time
+        assert acquired(member.fetch([(0, 0, RELEASE)], max_wait_ms=1000)) == []

@@ -1,6 +1,6 @@
 """Per-group configs (Kafka 4's GroupConfig, ConfigResource type GROUP): a group's own session
 timeout and heartbeat interval (consumer and share groups), and a share group's record lock
-duration, auto offset reset and isolation level. Stored in the metadata store under
+duration, delivery count limit, auto offset reset and isolation level. Stored in the metadata store under
 ``/config/groups/<group>`` (controller/broker_config_store.py's GroupConfigStore) and kept here
 in memory, re-read when any broker changes one (the store's watch); a key a group does not set
 is the broker's ``group.*`` value of the moment, so a dynamic broker change applies to it too.
@@ -30,6 +30,7 @@ CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
 SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
 SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
+SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION_LEVEL = "share.isolation.level"
 
@@ -40,6 +41,7 @@ INT_KEYS: Mapping[str, tuple[str, int]] = {
     SHARE_SESSION_TIMEOUT: ("group.share.session.timeout.ms", 1),
     SHARE_HEARTBEAT_INTERVAL: ("group.share.heartbeat.interval.ms", 1),
     SHARE_RECORD_LOCK_DURATION: ("group.share.record.lock.duration.ms", 1000),
+    SHARE_DELIVERY_COUNT_LIMIT: ("group.share.delivery.count.limit", 2),
 }
 STRING_KEYS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     SHARE_AUTO_OFFSET_RESET: ("latest", ("latest", "earliest")),
@@ -52,6 +54,7 @@ DOCS: Mapping[str, str] = {
     SHARE_SESSION_TIMEOUT: "The timeout to detect client failures when using the share group protocol.",
     SHARE_HEARTBEAT_INTERVAL: "The heartbeat interval given to the members of a share group.",
     SHARE_RECORD_LOCK_DURATION: "The record acquisition lock duration in milliseconds for share groups.",
+    SHARE_DELIVERY_COUNT_LIMIT: "The maximum number of delivery attempts for a record delivered to a share group.",
     SHARE_AUTO_OFFSET_RESET: "The strategy to initialize the share-partition start offset.",
     SHARE_ISOLATION_LEVEL: "Controls how to read records written transactionally.",
 }
@@ -62,6 +65,7 @@ BOUNDS = (
     (SHARE_HEARTBEAT_INTERVAL, "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
     (SHARE_SESSION_TIMEOUT, "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     (SHARE_RECORD_LOCK_DURATION, "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+    (SHARE_DELIVERY_COUNT_LIMIT, "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
 )
 
 
@@ -122,6 +126,7 @@ class GroupSettings:
     share_session_timeout_ms: int
     share_heartbeat_interval_ms: int
     share_record_lock_duration_ms: int
+    share_delivery_count_limit: int
     share_auto_offset_reset: str
     share_isolation_level: str
 
@@ -144,7 +149,8 @@ class GroupConfigs:
 
         return GroupSettings(number(CONSUMER_SESSION_TIMEOUT), number(CONSUMER_HEARTBEAT_INTERVAL),
                              number(SHARE_SESSION_TIMEOUT), number(SHARE_HEARTBEAT_INTERVAL),
-                             number(SHARE_RECORD_LOCK_DURATION), merged[SHARE_AUTO_OFFSET_RESET],
+                             number(SHARE_RECORD_LOCK_DURATION), number(SHARE_DELIVERY_COUNT_LIMIT),
+                             merged[SHARE_AUTO_OFFSET_RESET],
                              merged[SHARE_ISOLATION_LEVEL])
 
     def set_overrides(self, stored: Mapping[str, Mapping[str, str]]) -> None:

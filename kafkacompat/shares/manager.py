@@ -84,6 +84,7 @@ class GroupShareConfig:
     auto_offset_reset: str = "latest"
     isolation_level: int = READ_UNCOMMITTED
     lock_duration_s: float = 30.0
+    delivery_count_limit: int = 5
 
 
 class SharePartitionManager:
@@ -126,7 +127,7 @@ class SharePartitionManager:
         while True:
             entry = self.entries.get(key)
             if entry is not None and entry.leader_epoch == partition.leader_epoch:
-                entry.share.config = self._partition_config(group_id)  # the group's lock duration may have changed
+                entry.share.config = self._partition_config(group_id)  # the group's configs may have changed
                 return entry.share, partition
             waiting = self._initializing.get(key)
             if waiting is None:
@@ -165,13 +166,17 @@ class SharePartitionManager:
         settings = self.group_configs.of(group_id)
         return GroupShareConfig(settings.share_auto_offset_reset,
                                 READ_COMMITTED if settings.share_isolation_level == "read_committed"
-                                else READ_UNCOMMITTED, settings.share_record_lock_duration_ms / 1000)
+                                else READ_UNCOMMITTED, settings.share_record_lock_duration_ms / 1000,
+                                settings.share_delivery_count_limit)
 
     def _partition_config(self, group_id: str) -> SharePartitionConfig:
-        lock_duration_s = self.group_config(group_id).lock_duration_s
-        if lock_duration_s == self.partition_config.lock_duration_s:
-            return self.partition_config
-        return dataclasses.replace(self.partition_config, lock_duration_s=lock_duration_s)
+        """The share partitions' settings with the group's lock duration and delivery count limit."""
+        group = self.group_config(group_id)
+        base = self.partition_config
+        if (group.lock_duration_s, group.delivery_count_limit) == (base.lock_duration_s, base.delivery_count_limit):
+            return base
+        return dataclasses.replace(base, lock_duration_s=group.lock_duration_s,
+                                   delivery_count_limit=group.delivery_count_limit)
 
     async def _persist(self, key: ShareKey, share: SharePartition, partition: "Partition") -> None:
         entry = self.entries.get(key)

@@ -5,6 +5,7 @@ acknowledged."""
 
 from __future__ import annotations
 
+import base64
 import uuid
 
 import pytest
@@ -147,3 +148,63 @@ def test_a_share_consumer_resumes_after_a_leader_change_without_redelivering_acc
         # nothing accepted on the old leader comes back before (or with) the next record
         assert [m.value() for m in poll_values(second, 1, "the next record", accept=True)] == [b"after"]
         second.close()
+
+
+def coordinator(cluster, key_type: int, key: str) -> int:
+    for _ in deadline_loop(30, f"the coordinator of {key}", interval=0.2):
+        with RawConnection(cluster.bootstrap.split(",")[0]) as conn:
+            (found,) = call(conn, FIND_COORDINATOR, 6, key_type=key_type, coordinator_keys=[key]).coordinators
+        if found.error_code == 0:
+            return found.node_id
+
+
+def topic_id_of(cluster, topic: str):
+    from kafkacompat.wire import codec
+
+    cls = codec.request_class(3)
+    with RawConnection(cluster.bootstrap.split(",")[0]) as conn:
+        answer = call(conn, 3, 12, topics=[cls.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False)
+    (found,) = answer.topics
+    return found.topic_id
+
+
+def test_share_group_lag_from_a_group_coordinator_that_does_not_lead_the_partition(tmp_path):
+    """The group coordinator answers DescribeShareGroupOffsets v1 with the high watermark from
+    the partition's leader (ListOffsets) and the state from the share coordinator, neither of
+    them itself nor each other."""
+    from test_shares_raw import REJECT, RELEASE, describe_lags
+
+    topic = f"share-{uuid.uuid4().hex[:10]}"
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=FAST) as cluster:
+        cluster.wait_for(lambda md: len(md.brokers) == 3)
+        create_topic(cluster.bootstrap, topic, 1, 3, min_insync_replicas=2)
+        cluster.wait_for(lambda md: all_led_with_isr(md, topic, 1, {0, 1, 2}))
+        leader = leader_of(cluster, topic)
+        topic_id = topic_id_of(cluster, topic)
+        kafka_id = base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+        for candidate in (f"g-{topic}-{i}" for i in range(200)):
+            group_coordinator = coordinator(cluster, 0, candidate)
+            if group_coordinator != leader and coordinator(cluster, 2, f"{candidate}:{kafka_id}:0") != leader:
+                group = candidate
+                break
+        else:
+            raise AssertionError("no group name whose coordinators are off the partition leader")
+        with RawConnection(cluster.brokers[group_coordinator].bootstrap) as at_coordinator, \
+                RawConnection(cluster.brokers[leader].bootstrap) as at_leader:
+            member = Member(at_coordinator, group, topic)
+            member.join()
+            member.conn = at_leader
+
+            def wait_lags(expected: dict) -> None:
+                for _ in deadline_loop(30, f"the lags {expected}", interval=0.2):
+                    if describe_lags(at_coordinator, group) == expected:
+                        return
+
+            assert acquired(fetch_until_served(member)) == []
+            wait_lags({0: (0, 0)})
+            confluent_send(cluster.bootstrap, topic, [Msg(b"%d" % i) for i in range(6)])
+            wait_lags({0: (0, 6)})
+            assert acquired(member.fetch(max_wait_ms=10000)) == [(0, 5, 1)]
+            answer = member.acknowledge([(0, 1, ACCEPT), (3, 3, REJECT), (4, 4, RELEASE)])
+            assert answer.error_code == 0 and [p.error_code for t in answer.responses for p in t.partitions] == [0]
+            wait_lags({0: (2, 3)})  # 2, 4 and 5 left; 3 archived

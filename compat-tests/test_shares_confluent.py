@@ -216,3 +216,49 @@ def test_accepted_records_are_not_redelivered_after_a_broker_restart(tmp_path, s
                 assert [m.value() for m in poll_records(other, what="the next record")] == [b"after"]
     finally:
         broker.kill()
+
+
+def test_a_share_groups_lag_falls_as_its_consumer_accepts_and_rejects_and_not_as_it_releases(broker):
+    from clients import RawConnection
+    from test_shares_raw import describe_lags
+
+    topic = new_topic(broker)
+    with Members(broker, topic, 1) as members, RawConnection(broker.bootstrap) as conn:
+        (consumer,) = members.consumers
+        members.started()
+        deadline = time.monotonic() + 30
+        while describe_lags(conn, members.group)[0][1] != 0:  # until every probe past the start is accepted
+            assert time.monotonic() < deadline, describe_lags(conn, members.group)
+            probes = [m for m in consumer.poll(0.5) if m.error() is None]
+            for message in probes:
+                consumer.acknowledge(message)
+            if probes:
+                consumer.commit_sync()
+        values = [b"l-%d" % i for i in range(10)]
+        members.produce_one_batch(values)
+        assert describe_lags(conn, members.group)[0][1] == 10
+        got = []
+        deadline = time.monotonic() + 30
+        while len(got) < len(values) and time.monotonic() < deadline:
+            messages = [m for m in consumer.poll(0.5) if m.error() is None and m.value() != PROBE]
+            for message in messages:
+                index = values.index(message.value())
+                kind = AcknowledgeType.ACCEPT if index < 4 else AcknowledgeType.REJECT if index < 6 \
+                    else AcknowledgeType.RELEASE
+                consumer.acknowledge(message, kind)  # a released one redelivered early is released again
+            got += [m for m in messages if m.delivery_count() == 1]
+            if messages:
+                consumer.commit_sync()
+        assert [m.value() for m in got] == values
+        assert describe_lags(conn, members.group)[0][1] == 4  # the four released ones
+        accepted = set()
+        deadline = time.monotonic() + 30
+        while len(accepted) < 4 and time.monotonic() < deadline:
+            messages = [m for m in consumer.poll(0.5) if m.error() is None and m.value() != PROBE]
+            for message in messages:
+                consumer.acknowledge(message)
+                accepted.add(message.value())
+            if messages:
+                consumer.commit_sync()
+        assert accepted == set(values[6:])
+        assert describe_lags(conn, members.group)[0][1] == 0

@@ -275,6 +275,37 @@ def test_describe_share_group_offsets(broker, topic):
                                         ("no-such-topic", 0): (-1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)}
 
 
+def describe_lags(conn, group: str, version: int = 1) -> dict[int, tuple[int, int]]:
+    """DescribeShareGroupOffsets of a group: partition -> (start offset, lag)."""
+    cls = codec.request_class(90)
+    (answer,) = call(conn, 90, version, groups=[cls.DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)]).groups
+    assert answer.error_code == 0, answer
+    return {p.partition_index: (p.start_offset, p.lag) for t in answer.topics for p in t.partitions}
+
+
+def test_share_group_lag_is_what_is_produced_less_what_is_acknowledged_or_archived(broker, topic):
+    with RawConnection(broker.bootstrap) as conn:
+        group = f"g-{topic}"
+        member = Member(conn, group, topic)
+        member.join()
+        assert describe_lags(conn, group) == {0: (-1, -1)}  # not started: the lag is unknown
+        member.fetch()
+        assert describe_lags(conn, group) == {0: (0, 0)}
+        confluent_send(broker.bootstrap, topic, [Msg(b"%d" % i) for i in range(10)])
+        assert describe_lags(conn, group) == {0: (0, 10)}
+        assert acquired(member.fetch(max_wait_ms=5000)) == [(0, 9, 1)]
+        assert describe_lags(conn, group) == {0: (0, 10)}  # acquired records still lag
+        # accept 2-3 (behind the start: not yet moved), reject 5, release 6-7
+        answer = member.acknowledge([(2, 3, ACCEPT), (5, 5, REJECT), (6, 7, RELEASE)])
+        assert partition_errors(answer) == [0]
+        assert describe_lags(conn, group) == {0: (0, 7)}
+        member.acknowledge([(0, 1, ACCEPT)])  # the start moves past 0-3
+        assert describe_lags(conn, group) == {0: (4, 5)}  # 4 and 6-9 left; 5 archived
+        assert describe_lags(conn, group, version=0) == {0: (4, -1)}  # v0 carries no lag
+        confluent_send(broker.bootstrap, topic, [Msg(b"more")])
+        assert describe_lags(conn, group) == {0: (4, 6)}
+
+
 def test_find_coordinator_finds_the_share_coordinator(broker, topic):
     with RawConnection(broker.bootstrap) as conn:
         member = Member(conn, f"g-{topic}", topic)

@@ -41,6 +41,7 @@ from kafkacompat.shares.records import SHARE_STATE_TOPIC
 from kafkacompat.shares.remote import RoutingPersister
 from kafkacompat.shares.state_store import ShareStateStore
 from kafkacompat.telemetry import ClientMetricsManager
+from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.wire.errors import KafkaError
 from kafkacompat.dispatch import dispatch
 from kafkacompat.wire.chunks import Chunk
@@ -96,7 +97,10 @@ class Broker:
         self.quotas = ClientQuotaManager(config, self.admin.quota_store)
         self.replicas.add_txn_marker_listener(self.groups)
         self._build_transaction_coordinator()
+        self.group_configs = GroupConfigs(config, self.admin.group_config_store)
+        self.groups.group_configs = self.group_configs
         self.shares = self._build_shares()
+        self.shares.partitions.group_configs = self.group_configs
         self.telemetry = ClientMetricsManager(config.telemetry_max_bytes, self.admin.client_metrics_store)
         self._services = None
 
@@ -259,7 +263,7 @@ class Broker:
                                       credentials=self.credentials, tokens=self.tokens, authorizer=self.authorizer,
                                       quotas=self.quotas, txn_verifier=self.txn_verifier, transactions=self.transactions,
                                       shares=self.shares, metrics=BrokerMetrics(enabled=self.http is not None),
-                                      telemetry=self.telemetry)
+                                      telemetry=self.telemetry, group_configs=self.group_configs)
         return self._services
 
     async def dispatch(
@@ -314,6 +318,7 @@ async def serve(broker: Broker, *, task_status=trio.TASK_STATUS_IGNORED) -> None
                                                    broker.metadata)
             await nursery.start(dynamic_configs.run)
             await nursery.start(broker.telemetry.run)
+            await nursery.start(broker.group_configs.run)
             await nursery.start(broker.replicas.run)
             nursery.start_soon(broker.logs.run_flusher, broker.config.log_flush_scheduler_interval_ms)
             nursery.start_soon(broker.groups.run)

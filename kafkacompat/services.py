@@ -9,7 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore
+    from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore, GroupConfigStore
     from kafkacompat.controller.client_quotas import ClientQuotaStore
     from kafkacompat.controller.feature_store import FinalizedFeatureStore
     from kafkacompat.controller.reassignment import Reassignment
@@ -82,6 +82,8 @@ class AdminOps(Protocol):
     def broker_config_store(self) -> "BrokerConfigStore": ...
 
     def client_metrics_store(self) -> "ClientMetricsConfigStore": ...
+
+    def group_config_store(self) -> "GroupConfigStore": ...
 
 
 class IsrClient(Protocol):

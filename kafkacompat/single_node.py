@@ -9,7 +9,7 @@ import uuid
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore
+from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore, GroupConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.reassignment import Reassignment, invalid_target
@@ -217,3 +217,8 @@ class LocalAdmin:
         from kafkacompat.controller.store import EmbeddedStore
 
         return ClientMetricsConfigStore(EmbeddedStore(self.registry.tree))
+
+    def group_config_store(self) -> GroupConfigStore:
+        from kafkacompat.controller.store import EmbeddedStore
+
+        return GroupConfigStore(EmbeddedStore(self.registry.tree))

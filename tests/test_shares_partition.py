@@ -14,6 +14,7 @@ from kafkacompat.shares.partition import (
     SharePartition,
     SharePartitionConfig,
     StateBatch,
+    delivery_complete_count,
 )
 from kafkacompat.shares import records
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -171,3 +172,13 @@ def test_a_restored_state_is_cut_at_the_in_flight_bound():
     sp = share(max_record_locks=100)
     sp.restore(0, [StateBatch(0, 10**15, 2, 1)])  # a damaged or hostile state: not a quadrillion slots
     assert (sp.start_offset, sp.in_flight()) == (4 * 100 + 100_000, 0)
+
+
+def test_delivery_complete_count_counts_terminal_records_at_or_past_the_start():
+    batches = [StateBatch(0, 9, 2, 1),    # acknowledged, 5-9 at or past the start
+               StateBatch(10, 11, 0, 2),  # available
+               StateBatch(12, 12, 4, 5),  # archived
+               StateBatch(13, 14, 2, 1)]
+    assert delivery_complete_count(5, batches) == 5 + 1 + 2
+    assert delivery_complete_count(15, batches) == 0
+    assert delivery_complete_count(0, []) == 0

@@ -5,7 +5,8 @@ each ``{"version": 1, "config": {key: value}}``, and a sequential change notific
 as Kafka's AdminZkClient.changeConfigs writes them. Every broker watches its two nodes and applies
 what changed without a restart (kafkacompat/config.py's BrokerConfig.apply_dynamic). Client
 metrics subscriptions (KIP-714) live beside them, one node per subscription under
-``/config/client-metrics/<name>`` (kafkacompat/telemetry.py reads them).
+``/config/client-metrics/<name>`` (kafkacompat/telemetry.py reads them), and so do group configs
+under ``/config/groups/<group>`` (kafkacompat/groups/group_configs.py).
 """
 
 from __future__ import annotations
@@ -109,22 +110,33 @@ class BrokerConfigStore(EntityConfigStore):
             await self.store.watch(f"{BROKERS_PATH}/{entity}", callback)
 
 
-class ClientMetricsConfigStore(EntityConfigStore):
-    """KIP-714 client metrics subscriptions; a subscription whose configs are all deleted is gone."""
+class NamedEntityConfigStore(EntityConfigStore):
+    """Entities named by clients, one node each; an entity whose configs are all deleted is gone."""
 
-    ENTITY_TYPE = "client-metrics"
     DELETE_WHEN_EMPTY = True
 
     async def read_all(self) -> dict[str, dict[str, str]]:
-        names = await self.store.children_or_empty(CLIENT_METRICS_PATH)
-        nodes = await self.store.get_many([f"{CLIENT_METRICS_PATH}/{name}" for name in names])
+        names = await self.store.children_or_empty(self.root)
+        nodes = await self.store.get_many([f"{self.root}/{name}" for name in names])
         found = {name: _config_of(node[0] if node else None)
-                 for name in names for node in [nodes.get(f"{CLIENT_METRICS_PATH}/{name}")]}
+                 for name in names for node in [nodes.get(f"{self.root}/{name}")]}
         return {name: config for name, config in sorted(found.items()) if config}
 
     async def watch(self, callback: Callable[[], None]) -> None:
-        """``callback()`` when a subscription is created or deleted, or any entity's change
-        notification is posted (a subscription changed through any broker of the cluster)."""
-        for path in (CLIENT_METRICS_PATH, CHANGES_DIR):
+        """``callback()`` when an entity is created or deleted, or any entity's change
+        notification is posted (an entity changed through any broker of the cluster)."""
+        for path in (self.root, CHANGES_DIR):
             await self.store.ensure_path(path)
             await self.store.watch(path, callback, children=True)
+
+
+class ClientMetricsConfigStore(NamedEntityConfigStore):
+    """KIP-714 client metrics subscriptions."""
+
+    ENTITY_TYPE = "client-metrics"
+
+
+class GroupConfigStore(NamedEntityConfigStore):
+    """Kafka 4's group configs (GroupConfig), one node per group under ``/config/groups/<group>``."""
+
+    ENTITY_TYPE = "groups"

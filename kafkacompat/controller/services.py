@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore
+from kafkacompat.controller.broker_config_store import BrokerConfigStore, ClientMetricsConfigStore, GroupConfigStore
 from kafkacompat.controller.client_quotas import ClientQuotaStore
 from kafkacompat.controller.feature_store import FinalizedFeatureStore
 from kafkacompat.controller.reassignment import Reassignment
@@ -155,3 +155,6 @@ class ClusterAdmin:
 
     def client_metrics_store(self) -> ClientMetricsConfigStore:
         return ClientMetricsConfigStore(self.member.store)
+
+    def group_config_store(self) -> GroupConfigStore:
+        return GroupConfigStore(self.member.store)

@@ -48,6 +48,7 @@ from kafkacompat.groups.state import Member as ClassicMember
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
+    from kafkacompat.groups.group_configs import GroupConfigs
     import re
 
     from kafkacompat.config import BrokerConfig
@@ -62,6 +63,7 @@ class GroupsHost(Protocol):
     """What the consumer protocol uses of the group coordinator that hosts it."""
 
     config: "BrokerConfig"
+    group_configs: "GroupConfigs"
     groups: dict[str, Group]
 
     def wall_clock(self) -> int: ...
@@ -467,7 +469,7 @@ class ConsumerGroupCoordinator:
         send_assignment = full_request or reconciled.assigned != member.assigned
         return HeartbeatResult(
             member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
-            heartbeat_interval_ms=self.config.group_consumer_heartbeat_interval_ms,
+            heartbeat_interval_ms=self.host.group_configs.of(group.group_id).consumer_heartbeat_interval_ms,
             assignment=dict(reconciled.assigned) if send_assignment else None,
         )
 
@@ -769,7 +771,7 @@ class ConsumerGroupCoordinator:
             member = group.consumer.members.get(member_id) if group is not None and group.consumer else None
             classic = member.classic if member is not None else None
             timeout_ms = classic.session_timeout_ms if classic is not None else \
-                self.config.group_consumer_session_timeout_ms
+                self.host.group_configs.of(group_id).consumer_session_timeout_ms
         self.host.schedule_timer(("consumer-session", group_id, member_id), timeout_ms,
                                  lambda: self._expire(group_id, member_id, None, "its session timed out"))
 

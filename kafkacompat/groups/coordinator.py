@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Callable
 
 import trio
 
+from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.groups import consumer_records, storage
 from kafkacompat.groups.consumer_coordinator import ConsumerGroupCoordinator
 from kafkacompat.groups.consumer_group import ConsumerGroupState
@@ -225,6 +226,8 @@ class GroupCoordinator:
         # Whether a group id belongs to another protocol's groups (share groups): a classic
         # JoinGroup for it is INCONSISTENT_GROUP_PROTOCOL, as Kafka answers.
         self.foreign_group: Callable[[str], bool] = lambda group_id: False
+        # Per-group configs (the broker replaces these with the ones kept in step with the store).
+        self.group_configs = GroupConfigs(config)
 
         # KIP-848 consumer groups: ConsumerGroupHeartbeat / ConsumerGroupDescribe.
         self.consumer = ConsumerGroupCoordinator(self)

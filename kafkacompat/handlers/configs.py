@@ -15,7 +15,8 @@ BROKER resources (one broker's id, or "" for the cluster default) store dynamic 
 the metadata store (controller/broker_config_store.py, ZooKeeper mode's /config/brokers layout),
 applied without a restart (dynamic_config.py); keys Kafka cannot change dynamically are
 INVALID_REQUEST "Cannot update these configs dynamically". Log levels (BROKER_LOGGER) can be
-changed too. CLIENT_METRICS resources are KIP-714 telemetry subscriptions (telemetry.py's
+changed too. GROUP resources are Kafka 4's per-group configs (groups/group_configs.py), stored
+in the metadata store and validated against the broker's group bounds. CLIENT_METRICS resources are KIP-714 telemetry subscriptions (telemetry.py's
 ClientMetricsConfigs rules), stored under /config/client-metrics/<name>; a subscription whose
 configs are all deleted no longer exists.
 """
@@ -50,6 +51,8 @@ from kafkacompat.config import (
 from kafkacompat.controller.store import StoreError
 from kafkacompat.controller.topics import validate_topic_name
 from kafkacompat.dynamic_config import apply_broker_configs
+from kafkacompat.groups import group_configs
+from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
 from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.telemetry import CONFIG_DOCS as CLIENT_METRICS_DOCS
@@ -79,6 +82,8 @@ OP_NAMES = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"
 DYNAMIC_BROKER_LOGGER_CONFIG = CONFIG_SOURCE_IDS["DYNAMIC_BROKER_LOGGER_CONFIG"]
 CLIENT_METRICS_CONFIG = CONFIG_SOURCE_IDS["CLIENT_METRICS_CONFIG"]
 CLIENT_METRICS_TYPES = {"metrics": ConfigType.LIST, "interval.ms": ConfigType.INT, "match": ConfigType.LIST}
+GROUP_CONFIG = CONFIG_SOURCE_IDS["GROUP_CONFIG"]
+GROUP_CONFIG_TYPES = {key: ConfigType.INT for key in group_configs.INT_KEYS}
 UNKNOWN_CONFIG_TYPE = 0
 
 
@@ -299,8 +304,40 @@ async def _describe_client_metrics(ctx: RequestContext, name: str) -> list[Confi
             for key, value, is_set in entries]
 
 
+def _group_configs(ctx: RequestContext) -> GroupConfigs:
+    assert ctx.services.group_configs is not None
+    return ctx.services.group_configs
+
+
+def _check_group_name(name: str) -> None:
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name can't be empty")
+
+
+async def _describe_group(ctx: RequestContext, name: str) -> list[ConfigEntry]:
+    """Every group config key: the group's own value (GROUP_CONFIG) or the broker's default
+    (Kafka describes a group that sets nothing, or does not exist, with the defaults)."""
+    _check_group_name(name)
+    try:
+        props = await ctx.admin.group_config_store().read(name)
+    except StoreError as exc:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"The configs of group {name} are not readable: the metadata store is not available "
+                         f"({exc}); retry") from None
+    entries = []
+    for key, default in group_configs.defaults(ctx.config).items():
+        config_type = ConfigType.INT if key in group_configs.INT_KEYS else ConfigType.STRING
+        if key in props:
+            entries.append(ConfigEntry(key, props[key], GROUP_CONFIG, config_type.value, group_configs.DOCS[key],
+                                       synonyms=[Synonym(key, props[key], GROUP_CONFIG)]))
+        else:
+            entries.append(ConfigEntry(key, default, CONFIG_SOURCE_IDS[DEFAULT_CONFIG], config_type.value,
+                                       group_configs.DOCS[key]))
+    return entries
+
+
 DESCRIBERS = {TOPIC: _describe_topic, BROKER: _describe_broker, BROKER_LOGGER: _describe_broker_logger,
-              CLIENT_METRICS: _describe_client_metrics}
+              CLIENT_METRICS: _describe_client_metrics, GROUP: _describe_group}
 
 
 def _described_entry(entry_cls, entry: ConfigEntry, include_synonyms: bool, include_documentation: bool,
@@ -420,6 +457,7 @@ def _apply_operation(values: dict[str, str], config, list_defaults: dict[str, st
 
 _TOPIC_LIST_DEFAULTS = {name: key.default for name, key in TOPIC_CONFIGS.items() if key.type is ConfigType.LIST}
 _CLIENT_METRICS_LIST_DEFAULTS = {name: None for name, kind in CLIENT_METRICS_TYPES.items() if kind is ConfigType.LIST}
+_GROUP_LIST_DEFAULTS = {name: None for name, kind in GROUP_CONFIG_TYPES.items() if kind is ConfigType.LIST}
 
 
 async def _change_topic_configs(ctx: RequestContext, name: str, new_overrides: dict[str, str],
@@ -572,6 +610,30 @@ async def _change_client_metrics(ctx: RequestContext, name: str, edit, validate_
         log.warning("Client metrics subscriptions not reloaded after the change (%s); retrying", exc)
 
 
+async def _change_group_configs(ctx: RequestContext, name: str, edit, validate_only: bool) -> None:
+    """Store the group's new configs (validated as a whole by GroupConfig's rules against this
+    broker's bounds), then re-read them here at once; the other brokers follow the notification."""
+    _check_group_name(name)
+    store = ctx.admin.group_config_store()
+    try:
+        if validate_only:
+            group_configs.validate(ctx.config, edit(await store.read(name)))
+            return
+        updated = await store.change(name, lambda current: group_configs.validate(ctx.config, edit(current)))
+    except StoreError as exc:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                         f"The configs of group {name} were not changed: the metadata store is not available "
+                         f"({exc}); retry") from None
+    log.info("Configs of group %s changed by %s: %s", name, ctx.client_id,
+             ", ".join(f"{k}={v}" for k, v in sorted(updated.items())) or "all defaults")
+    configs = _group_configs(ctx)
+    configs.changed()
+    try:
+        await configs.refresh()
+    except StoreError as exc:
+        log.warning("Group configs not reloaded after the change (%s); retrying", exc)
+
+
 async def _alter_incrementally(ctx: RequestContext, resource, validate_only: bool) -> None:
     _check_no_duplicate_keys(resource.configs)
     _check_no_null_values(resource.configs, allow_for_delete=True)
@@ -596,6 +658,13 @@ async def _alter_incrementally(ctx: RequestContext, resource, validate_only: boo
             return props
 
         await _change_client_metrics(ctx, resource.resource_name, edit_subscription, validate_only)
+    elif resource.resource_type == GROUP:
+        def edit_group(props: dict[str, str]) -> dict[str, str]:
+            for config in resource.configs:
+                _apply_operation(props, config, _GROUP_LIST_DEFAULTS)
+            return props
+
+        await _change_group_configs(ctx, resource.resource_name, edit_group, validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 
@@ -612,6 +681,9 @@ async def _alter_replacing(ctx: RequestContext, resource, validate_only: bool) -
     elif resource.resource_type == CLIENT_METRICS:
         replacement = {config.name: config.value for config in resource.configs}
         await _change_client_metrics(ctx, resource.resource_name, lambda _current: dict(replacement), validate_only)
+    elif resource.resource_type == GROUP:
+        replacement = {config.name: config.value for config in resource.configs}
+        await _change_group_configs(ctx, resource.resource_name, lambda _current: dict(replacement), validate_only)
     else:
         # Legacy AlterConfigs never supported BROKER_LOGGER (KIP-412).
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")

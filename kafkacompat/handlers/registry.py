@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from kafkacompat.security.tokens import DelegationTokens
     from kafkacompat.server import Connection
     from kafkacompat.services import AdminOps, MetadataView, TransactionVerifier
+    from kafkacompat.groups.group_configs import GroupConfigs
     from kafkacompat.shares import ShareServices
     from kafkacompat.transactions.coordinator import TransactionCoordinator
     from kafkacompat.wire.frame import RequestHeader
@@ -73,6 +74,8 @@ class Services:
     shares: "ShareServices | None" = None
     # KIP-714 client telemetry: the subscriptions, client instances and their pushed metrics
     telemetry: ClientMetricsManager = field(default_factory=lambda: ClientMetricsManager(1024 * 1024))
+    # Kafka 4's per-group configs (GROUP config resources), kept in step with the metadata store
+    group_configs: "GroupConfigs | None" = None
 
 
 @dataclass(slots=True)

@@ -10,10 +10,12 @@ import logging
 import uuid
 from typing import TYPE_CHECKING
 
+import trio
+
 from kafkacompat.handlers.cluster import OPERATIONS_OMITTED
 from kafkacompat.security.acl import AclOperation, ResourceType
 from kafkacompat.handlers.registry import RequestContext, handles, response_for
-from kafkacompat.shares.partition import AcknowledgementBatch, AcknowledgeType, AcquireMode
+from kafkacompat.shares.partition import AcknowledgementBatch, AcknowledgeType, AcquireMode, delivery_complete_count
 from kafkacompat.shares.sessions import FINAL_EPOCH, INITIAL_EPOCH, check_epoch
 from kafkacompat.wire.codec import response_class
 from kafkacompat.wire.errors import ErrorCode, KafkaError
@@ -260,7 +262,7 @@ async def handle_share_fetch(request, ctx: RequestContext):
     elif not getattr(request, "is_renew_ack", False) and mode != RENEW_ACQUIRE_MODE:
         await _fetch_into(ctx, request, group_id, member_id, list(session.partitions), results)
     return response_for(SHARE_FETCH, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms(group_id),
                         responses=results.topics(), node_endpoints=results.node_endpoints())
 
 
@@ -328,7 +330,7 @@ async def handle_share_acknowledge(request, ctx: RequestContext):
     if epoch == FINAL_EPOCH:
         await _close_session(ctx, group_id, member_id)
     return response_for(SHARE_ACKNOWLEDGE, ctx, throttle_time_ms=0, error_code=ErrorCode.NONE, error_message=None,
-                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms,
+                        acquisition_lock_timeout_ms=shares(ctx).partitions.lock_duration_ms(group_id),
                         responses=results.topics(), node_endpoints=results.node_endpoints())
 
 
@@ -434,7 +436,7 @@ async def handle_write_share_group_state(request, ctx: RequestContext):
 DESCRIBE_SHARE_GROUP_OFFSETS = 90
 
 
-@handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 0)
+@handles(DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)
 async def handle_describe_share_group_offsets(request, ctx: RequestContext):
     cls = response_class(DESCRIBE_SHARE_GROUP_OFFSETS)
     return response_for(DESCRIBE_SHARE_GROUP_OFFSETS, ctx, throttle_time_ms=0,
@@ -443,7 +445,8 @@ async def handle_describe_share_group_offsets(request, ctx: RequestContext):
 
 async def _describe_offsets(ctx: RequestContext, group, cls):
     """A share group's start offset per partition, from the share coordinator (-1 for a
-    partition the group has not started consuming), as Kafka's DescribeShareGroupOffsets."""
+    partition the group has not started consuming), as Kafka's DescribeShareGroupOffsets; from
+    v1 with its lag (KIP-1226)."""
     group_cls = cls.DescribeShareGroupOffsetsResponseGroup
     topic_cls = group_cls.DescribeShareGroupOffsetsResponseTopic
     partition_cls = topic_cls.DescribeShareGroupOffsetsResponsePartition
@@ -456,6 +459,7 @@ async def _describe_offsets(ctx: RequestContext, group, cls):
     else:
         wanted = [(t.topic_name, list(t.partitions or [])) for t in group.topics]
     topics = []
+    started: list[tuple["TopicInfo", object, int]] = []  # (topic, described partition, delivery-complete count)
     for name, partitions in wanted:
         topic = ctx.metadata.topic(name)
         if topic is None:
@@ -465,23 +469,68 @@ async def _describe_offsets(ctx: RequestContext, group, cls):
             continue
         described = []
         for index in range(topic.partitions) if partitions is None else partitions:
-            described.append(await _described_partition(ctx, group.group_id, topic, index, partition_cls))
+            answer, complete = await _described_partition(ctx, group.group_id, topic, index, partition_cls)
+            described.append(answer)
+            if complete is not None:
+                started.append((topic, answer, complete))
         topics.append(topic_cls(topic_name=name, topic_id=topic.topic_id, partitions=described))
+    if ctx.version >= 1 and started:
+        high_watermarks = await _high_watermarks(ctx, [(topic, answer.partition_index) for topic, answer, _ in started])
+        for topic, answer, complete in started:
+            found = high_watermarks.get((topic.name, answer.partition_index))
+            if isinstance(found, int):
+                answer.lag = found - answer.start_offset - complete
+            else:  # as Kafka: the partition answers why its latest offset is unknown, and nothing else
+                unknown = found or KafkaError(ErrorCode.LEADER_NOT_AVAILABLE,
+                                              f"{topic.name}-{answer.partition_index} has no leader")
+                answer.start_offset = answer.leader_epoch = 0
+                answer.error_code, answer.error_message = unknown.code, unknown.message
     return group_cls(group_id=group.group_id, topics=topics)
 
 
 async def _described_partition(ctx: RequestContext, group_id: str, topic: "TopicInfo", index: int, partition_cls):
+    """The partition's answer (lag -1 for now) and, where the share partition has started, its
+    delivery-complete count (else None)."""
     if not 0 <= index < topic.partitions:
         return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1,
-                             error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                             error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), None
     try:
         state = await shares(ctx).partitions.persister.read_state((group_id, topic.topic_id, index))
     except KafkaError as exc:
         return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1, error_code=exc.code,
-                             error_message=exc.message)
-    if state is None:
-        return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1)
-    return partition_cls(partition_index=index, start_offset=state.start_offset, leader_epoch=state.leader_epoch)
+                             error_message=exc.message), None
+    if state is None or state.start_offset < 0:
+        return partition_cls(partition_index=index, start_offset=-1, leader_epoch=-1), None
+    answer = partition_cls(partition_index=index, start_offset=state.start_offset, leader_epoch=state.leader_epoch)
+    return answer, delivery_complete_count(state.start_offset, state.batches)
+
+
+async def _high_watermarks(ctx: RequestContext,
+                           wanted: list[tuple["TopicInfo", int]]) -> dict[tuple[str, int], "int | KafkaError"]:
+    """Each partition's high watermark: read here where this broker leads it, else asked of its
+    leader with one ListOffsets per leader broker (Kafka's PartitionMetadataClient); the error
+    instead where the leader could not tell, and nothing for a partition without a leader."""
+    from kafkacompat.shares.remote import RoutingPersister
+
+    found: dict[tuple[str, int], int | KafkaError] = {}
+    remote: dict[int, list[tuple[str, int]]] = {}
+    for topic, index in wanted:
+        partition = ctx.replicas.partition(topic.name, index)
+        if partition is not None and partition.is_leader:
+            found[(topic.name, index)] = partition.high_watermark
+            continue
+        state = ctx.metadata.partition_state(topic.name, index)
+        if state is not None and state.leader >= 0 and state.leader != ctx.metadata.node_id:
+            remote.setdefault(state.leader, []).append((topic.name, index))
+    persister = shares(ctx).partitions.persister
+    if remote and isinstance(persister, RoutingPersister):
+        async def ask(leader: int, partitions: list[tuple[str, int]]) -> None:
+            found.update(await persister.high_watermarks(leader, partitions))
+
+        async with trio.open_nursery() as nursery:
+            for leader, partitions in remote.items():
+                nursery.start_soon(ask, leader, partitions)
+    return found
 
 
 # ---- FindCoordinator key type share ---------------------------------------------------------------

@@ -72,7 +72,16 @@ async def _resource_names(ctx: RequestContext, resource_type: int) -> list[str]:
         return [str(node_id) for node_id in sorted(ctx.metadata.brokers())]
     if resource_type == TOPIC:
         return sorted(topic.name for topic in ctx.metadata.topics())
-    return []  # GROUP: kafkacompat keeps no group configs
+    # GROUP: the groups that set a config, and those coordinated here (Kafka's listGroups)
+    assert ctx.services.group_configs is not None
+    try:
+        await ctx.services.group_configs.refresh()
+    except StoreError as exc:
+        log.info("ListConfigResources answered from the last known group configs: %s", exc)
+    known = set(ctx.services.group_configs.overrides) | set(ctx.groups.groups)
+    if ctx.services.shares is not None:
+        known |= set(ctx.services.shares.groups.groups)
+    return sorted(known)
 
 
 @handles(LIST_CONFIG_RESOURCES, 0, 1)

@@ -117,10 +117,11 @@ class ShareGroupCoordinator:
             if member.subscribed_topics:  # a new member's subscription came with its join's bump
                 group.group_epoch += 1
             member.subscribed_topics = tuple(subscribed)
-        member.deadline = self.now() + self.config.group_share_session_timeout_ms / 1000
+        settings = self.classic.group_configs.of(group_id)
+        member.deadline = self.now() + settings.share_session_timeout_ms / 1000
         sent = self._reconcile(group, member, full=member_epoch == 0)
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, member.member_epoch,
-                               self.config.group_share_heartbeat_interval_ms, sent)
+                               settings.share_heartbeat_interval_ms, sent)
 
     def _validate(self, group_id: str, member_id: str, member_epoch: int, subscribed: list[str] | None) -> None:
         if not group_id:
@@ -210,7 +211,7 @@ class ShareGroupCoordinator:
         expired = 0
         for group in list(self.groups.values()):
             for member in [m for m in group.members.values() if m.deadline <= now]:
-                self._remove(group, member.member_id, "was removed: no heartbeat within group.share.session.timeout.ms")
+                self._remove(group, member.member_id, "was removed: no heartbeat within its share.session.timeout.ms")
                 expired += 1
         return expired
 

@@ -13,6 +13,7 @@ so memory never disagrees with what is durable for long. Acquisition locks are t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol, Sequence
 
 import trio
 
+from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.shares.partition import (
     AcknowledgementBatch,
     AcquiredRange,
@@ -81,6 +83,8 @@ class GroupShareConfig:
 
     auto_offset_reset: str = "latest"
     isolation_level: int = READ_UNCOMMITTED
+    lock_duration_s: float = 30.0
+    delivery_count_limit: int = 5
 
 
 class SharePartitionManager:
@@ -97,12 +101,13 @@ class SharePartitionManager:
         self.entries: dict[ShareKey, _Entry] = {}
         self._initializing: dict[ShareKey, trio.Event] = {}
         self._changed = trio.Event()  # records released, or a new lock to time
-        self.group_configs: dict[str, GroupShareConfig] = {}
+        # Per-group configs (the broker replaces these with the ones kept in step with the store).
+        self.group_configs = GroupConfigs(config)
         self._dirty: set[ShareKey] = set()  # released in memory, to persist in the next round of run
 
-    @property
-    def lock_duration_ms(self) -> int:
-        return self.config.group_share_record_lock_duration_ms
+    def lock_duration_ms(self, group_id: str) -> int:
+        """The group's share.record.lock.duration.ms (else the broker's)."""
+        return self.group_configs.of(group_id).share_record_lock_duration_ms
 
     # ---- share partitions -----------------------------------------------------------------------
 
@@ -122,6 +127,7 @@ class SharePartitionManager:
         while True:
             entry = self.entries.get(key)
             if entry is not None and entry.leader_epoch == partition.leader_epoch:
+                entry.share.config = self._partition_config(group_id)  # the group's configs may have changed
                 return entry.share, partition
             waiting = self._initializing.get(key)
             if waiting is None:
@@ -140,7 +146,7 @@ class SharePartitionManager:
     async def _initialize(self, key: ShareKey, topic: "TopicInfo",
                           partition: "Partition") -> tuple[SharePartition, int]:
         group_id, _, index = key
-        share = SharePartition(group_id, topic.name, index, 0, self.partition_config)
+        share = SharePartition(group_id, topic.name, index, 0, self._partition_config(group_id))
         persisted = await self.persister.read_state(key)
         if persisted is not None and persisted.start_offset >= 0:
             share.restore(persisted.start_offset, persisted.batches)
@@ -157,7 +163,20 @@ class SharePartitionManager:
         return share, 0
 
     def group_config(self, group_id: str) -> GroupShareConfig:
-        return self.group_configs.get(group_id, GroupShareConfig())
+        settings = self.group_configs.of(group_id)
+        return GroupShareConfig(settings.share_auto_offset_reset,
+                                READ_COMMITTED if settings.share_isolation_level == "read_committed"
+                                else READ_UNCOMMITTED, settings.share_record_lock_duration_ms / 1000,
+                                settings.share_delivery_count_limit)
+
+    def _partition_config(self, group_id: str) -> SharePartitionConfig:
+        """The share partitions' settings with the group's lock duration and delivery count limit."""
+        group = self.group_config(group_id)
+        base = self.partition_config
+        if (group.lock_duration_s, group.delivery_count_limit) == (base.lock_duration_s, base.delivery_count_limit):
+            return base
+        return dataclasses.replace(base, lock_duration_s=group.lock_duration_s,
+                                   delivery_count_limit=group.delivery_count_limit)
 
     async def _persist(self, key: ShareKey, share: SharePartition, partition: "Partition") -> None:
         entry = self.entries.get(key)

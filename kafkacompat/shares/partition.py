@@ -72,6 +72,13 @@ class StateBatch:
     delivery_count: int
 
 
+def delivery_complete_count(start_offset: int, batches: Iterable[StateBatch]) -> int:
+    """Kafka's SharePartition.deliveryCompleteCount (KIP-1226): the records at or above the start
+    offset that are acknowledged or archived, what a share group's lag leaves out."""
+    return sum(batch.last_offset - max(batch.first_offset, start_offset) + 1 for batch in batches
+               if batch.delivery_state in TERMINAL and batch.last_offset >= start_offset)
+
+
 @dataclass(frozen=True, slots=True)
 class AcknowledgementBatch:
     first_offset: int

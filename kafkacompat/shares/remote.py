@@ -30,6 +30,7 @@ INITIALIZE_SHARE_GROUP_STATE = 83
 READ_SHARE_GROUP_STATE = 84
 WRITE_SHARE_GROUP_STATE = 85
 DELETE_SHARE_GROUP_STATE = 86
+LIST_OFFSETS, LIST_OFFSETS_VERSION, LATEST_TIMESTAMP = 2, 7, -1
 RETRIABLE = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
              ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE)
 RETRY_BACKOFF_S = 0.1
@@ -81,6 +82,38 @@ class RoutingPersister:
             _raise_partition_error(await self._call(target, DELETE_SHARE_GROUP_STATE, 0, request))
 
         await self._retrying(key, once)
+
+    async def high_watermarks(self, leader: int,
+                              partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | KafkaError]:
+        """The high watermarks of partitions that ``leader`` leads, asked with one ListOffsets
+        (latest, read_uncommitted); the error instead for a partition it answers with one, and
+        for all when it does not answer within ``share.coordinator.write.timeout.ms``."""
+        cls = codec.request_class(LIST_OFFSETS)
+        by_topic: dict[str, list[int]] = {}
+        for name, index in partitions:
+            by_topic.setdefault(name, []).append(index)
+        request = cls(replica_id=-1, isolation_level=0, timeout_ms=int(self.timeout_s * 1000), topics=[
+            cls.ListOffsetsTopic(name=name, partitions=[cls.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=index, timestamp=LATEST_TIMESTAMP) for index in indexes])
+            for name, indexes in by_topic.items()])
+        failure = KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"Broker {leader} did not give the latest offsets within "
+                                                          f"share.coordinator.write.timeout.ms")
+        answer = None
+        with trio.move_on_after(self.timeout_s):
+            try:
+                answer = await self._call(leader, LIST_OFFSETS, LIST_OFFSETS_VERSION, request)
+            except KafkaError as exc:
+                failure = exc
+            except (OSError, trio.BrokenResourceError, ConnectionError) as exc:
+                failure = KafkaError(ErrorCode.LEADER_NOT_AVAILABLE, f"Broker {leader} is unreachable: {exc}")
+        if answer is None:
+            log.info("No latest offsets of %s from broker %d for a share group's lag: %s", partitions, leader,
+                     failure.message)
+            return {key: failure for key in partitions}
+        return {(topic.name, p.partition_index): p.offset if p.error_code == ErrorCode.NONE
+                else KafkaError(ErrorCode(p.error_code), f"Broker {leader} has no latest offset of "
+                                                         f"{topic.name}-{p.partition_index}")
+                for topic in answer.topics for p in topic.partitions}
 
     async def _retrying(self, key: ShareKey, attempt):
         last: KafkaError | None = None

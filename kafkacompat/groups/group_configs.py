@@ -1,0 +1,192 @@
+"""Per-group configs (Kafka 4's GroupConfig, ConfigResource type GROUP): a group's own session
+timeout and heartbeat interval (consumer and share groups), and a share group's record lock
+duration, delivery count limit, auto offset reset and isolation level. Stored in the metadata store under
+``/config/groups/<group>`` (controller/broker_config_store.py's GroupConfigStore) and kept here
+in memory, re-read when any broker changes one (the store's watch); a key a group does not set
+is the broker's ``group.*`` value of the moment, so a dynamic broker change applies to it too.
+Validation follows GroupConfig.validate: known names, typed values, and the broker's
+``group.consumer.min/max.*`` and ``group.share.min/max.*`` bounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import trio
+
+from kafkacompat.controller.store import StoreError
+from kafkacompat.wire.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from kafkacompat.config import BrokerConfig
+    from kafkacompat.controller.broker_config_store import GroupConfigStore
+
+log = logging.getLogger("kafkacompat.groups")
+
+CONSUMER_SESSION_TIMEOUT = "consumer.session.timeout.ms"
+CONSUMER_HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
+SHARE_SESSION_TIMEOUT = "share.session.timeout.ms"
+SHARE_HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
+SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
+SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
+SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_ISOLATION_LEVEL = "share.isolation.level"
+
+# key -> (the broker config it defaults to, or its fixed default; the least value of an INT key)
+INT_KEYS: Mapping[str, tuple[str, int]] = {
+    CONSUMER_SESSION_TIMEOUT: ("group.consumer.session.timeout.ms", 1),
+    CONSUMER_HEARTBEAT_INTERVAL: ("group.consumer.heartbeat.interval.ms", 1),
+    SHARE_SESSION_TIMEOUT: ("group.share.session.timeout.ms", 1),
+    SHARE_HEARTBEAT_INTERVAL: ("group.share.heartbeat.interval.ms", 1),
+    SHARE_RECORD_LOCK_DURATION: ("group.share.record.lock.duration.ms", 1000),
+    SHARE_DELIVERY_COUNT_LIMIT: ("group.share.delivery.count.limit", 2),
+}
+STRING_KEYS: Mapping[str, tuple[str, tuple[str, ...]]] = {
+    SHARE_AUTO_OFFSET_RESET: ("latest", ("latest", "earliest")),
+    SHARE_ISOLATION_LEVEL: ("read_uncommitted", ("read_committed", "read_uncommitted")),
+}
+NAMES = tuple(INT_KEYS) + tuple(STRING_KEYS)
+DOCS: Mapping[str, str] = {
+    CONSUMER_SESSION_TIMEOUT: "The timeout to detect client failures when using the consumer group protocol.",
+    CONSUMER_HEARTBEAT_INTERVAL: "The heartbeat interval given to the members of a consumer group.",
+    SHARE_SESSION_TIMEOUT: "The timeout to detect client failures when using the share group protocol.",
+    SHARE_HEARTBEAT_INTERVAL: "The heartbeat interval given to the members of a share group.",
+    SHARE_RECORD_LOCK_DURATION: "The record acquisition lock duration in milliseconds for share groups.",
+    SHARE_DELIVERY_COUNT_LIMIT: "The maximum number of delivery attempts for a record delivered to a share group.",
+    SHARE_AUTO_OFFSET_RESET: "The strategy to initialize the share-partition start offset.",
+    SHARE_ISOLATION_LEVEL: "Controls how to read records written transactionally.",
+}
+# (key, broker config of its bound) pairs: low bounds, then high bounds
+BOUNDS = (
+    (CONSUMER_HEARTBEAT_INTERVAL, "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
+    (CONSUMER_SESSION_TIMEOUT, "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
+    (SHARE_HEARTBEAT_INTERVAL, "group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+    (SHARE_SESSION_TIMEOUT, "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+    (SHARE_RECORD_LOCK_DURATION, "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+    (SHARE_DELIVERY_COUNT_LIMIT, "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+)
+
+
+def _broker_value(config: "BrokerConfig", key: str) -> int:
+    return int(getattr(config, key.replace(".", "_")))
+
+
+def defaults(config: "BrokerConfig") -> dict[str, str]:
+    """Every group config key at its default: the broker's value, or GroupConfig's own."""
+    found = {key: str(_broker_value(config, broker_key)) for key, (broker_key, _) in INT_KEYS.items()}
+    found.update({key: default for key, (default, _) in STRING_KEYS.items()})
+    return found
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_CONFIG, message)
+
+
+def validate(config: "BrokerConfig", props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` (a group's own configs) checked as Kafka's GroupConfig.validate checks them,
+    against the broker's defaults for the keys left out; returns them."""
+    for name in props:
+        if name not in NAMES:
+            raise _invalid(f"Unknown group config name: {name}")
+    merged = {**defaults(config), **props}
+    values: dict[str, int] = {}
+    for key, (_, least) in INT_KEYS.items():
+        try:
+            values[key] = int(merged[key].strip())
+        except ValueError:
+            raise _invalid(f"Invalid value {merged[key]} for configuration {key}: Not a number of type INT") from None
+        if not -(1 << 31) <= values[key] < (1 << 31):
+            raise _invalid(f"Invalid value {merged[key]} for configuration {key}: Not a number of type INT")
+        if values[key] < least:
+            raise _invalid(f"Invalid value {values[key]} for configuration {key}: Value must be at least {least}")
+    for key, (_, allowed) in STRING_KEYS.items():
+        if merged[key] not in allowed:
+            raise _invalid(f"Invalid value {merged[key]} for configuration {key}: String must be one of: "
+                           f"{', '.join(allowed)}")
+    for key, low, high in BOUNDS:
+        if values[key] < _broker_value(config, low):
+            raise _invalid(f"{key} must be greater than or equal to {low}")
+        if values[key] > _broker_value(config, high):
+            raise _invalid(f"{key} must be less than or equal to {high}")
+    if values[CONSUMER_SESSION_TIMEOUT] <= values[CONSUMER_HEARTBEAT_INTERVAL]:
+        raise _invalid(f"{CONSUMER_SESSION_TIMEOUT} must be greater than {CONSUMER_HEARTBEAT_INTERVAL}")
+    if values[SHARE_SESSION_TIMEOUT] <= values[SHARE_HEARTBEAT_INTERVAL]:
+        raise _invalid(f"{SHARE_SESSION_TIMEOUT} must be greater than {SHARE_HEARTBEAT_INTERVAL}")
+    return dict(props)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSettings:
+    """A group's effective configs: its own where set, else the broker's."""
+
+    consumer_session_timeout_ms: int
+    consumer_heartbeat_interval_ms: int
+    share_session_timeout_ms: int
+    share_heartbeat_interval_ms: int
+    share_record_lock_duration_ms: int
+    share_delivery_count_limit: int
+    share_auto_offset_reset: str
+    share_isolation_level: str
+
+
+class GroupConfigs:
+    def __init__(self, config: "BrokerConfig", store: "Callable[[], GroupConfigStore] | None" = None) -> None:
+        self.config = config
+        self._store = store
+        self.overrides: dict[str, dict[str, str]] = {}
+        self._nudge = trio.Event()
+
+    def of(self, group_id: str) -> GroupSettings:
+        merged = {**defaults(self.config), **self.overrides.get(group_id, {})}
+
+        def number(key: str) -> int:
+            try:
+                return int(merged[key])
+            except ValueError:  # stored by hand: the broker's value
+                return _broker_value(self.config, INT_KEYS[key][0])
+
+        return GroupSettings(number(CONSUMER_SESSION_TIMEOUT), number(CONSUMER_HEARTBEAT_INTERVAL),
+                             number(SHARE_SESSION_TIMEOUT), number(SHARE_HEARTBEAT_INTERVAL),
+                             number(SHARE_RECORD_LOCK_DURATION), number(SHARE_DELIVERY_COUNT_LIMIT),
+                             merged[SHARE_AUTO_OFFSET_RESET],
+                             merged[SHARE_ISOLATION_LEVEL])
+
+    def set_overrides(self, stored: Mapping[str, Mapping[str, str]]) -> None:
+        overrides = {group: {k: v for k, v in props.items() if k in NAMES} for group, props in stored.items()}
+        if overrides != self.overrides:
+            self.overrides = overrides
+            log.info("Group configs now set for: %s", ", ".join(sorted(overrides)) or "no group")
+
+    def changed(self) -> None:
+        self._nudge.set()
+
+    async def refresh(self) -> None:
+        if self._store is not None:
+            self.set_overrides(await self._store().read_all())
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the group configs in step with the store (loaded before the broker accepts clients)."""
+        watching = await self._reload(watching=False)
+        task_status.started()
+        while True:
+            with trio.move_on_after(REFRESH_SECONDS):
+                await self._nudge.wait()
+            self._nudge = trio.Event()
+            watching = await self._reload(watching)
+
+    async def _reload(self, watching: bool) -> bool:
+        if self._store is None:
+            return watching
+        try:
+            if not watching:
+                await self._store().watch(self.changed)
+                watching = True
+            await self.refresh()
+        except StoreError as exc:  # the next round retries
+            log.warning("Group configs not reloaded: the metadata store is unavailable (%s)", exc)
+        return watching
+
+
+REFRESH_SECONDS = 30.0

@@ -828,13 +828,13 @@ class ClusterMember:
             self._full |= full  # not read: the next step tries again
             self._changed |= changed
             raise
+        self.view = view  # kept even if a watch below cannot be set: what was read is not read again
         self._report_malformed(view)
         for name, record in view.topics.items():
             await self._watch(topic_path(name))
             await self._watch(f"{CONFIG_TOPICS}/{name}")
             for partition in record.assignment:
                 await self._watch(state_path(name, partition))
-        self.view = view
         self.cache.update_from(view)
         await self._apply(view)
         self._synced.set()
@@ -857,7 +857,11 @@ class ClusterMember:
         if self.is_controller:
             written = await self._reconcile(view)
             if written:
-                view = await read_changes(self.store, view, written)
+                try:
+                    view = await read_changes(self.store, view, written)
+                except BaseException:
+                    self._changed |= written  # our writes are read back at the next step
+                    raise
         return view
 
     def _report_malformed(self, view: ClusterView) -> None:
@@ -970,6 +974,11 @@ class ClusterMember:
         partition at a time. Returns the nodes to read back and the partitions written."""
         written: Changed = set()
         done: set[tuple[str, int]] = set()
+        as_controller = self.is_controller
+
+        def deposed() -> bool:  # fenced on the way: nothing more is written, unfenced least of all
+            return as_controller and not self.is_controller
+
         for start in range(0, len(changes), self.WRITE_BATCH):
             batch = changes[start:start + self.WRITE_BATCH]
             paths = {(state_path(state.topic, state.partition), False) for state, _, _, _ in batch}
@@ -980,9 +989,11 @@ class ClusterMember:
                 await self.store.multi(self._fence(ops))
             except (BadVersionError, NoNodeError):
                 await self._check_fenced()
-                if not self.is_controller:
+                if deposed():
                     break
                 for state, raw, leader, isr in batch:
+                    if deposed():
+                        break
                     if await self._write_state(state, raw, leader, isr):
                         done.add((state.topic, state.partition))
                 continue

@@ -606,7 +606,9 @@ class ClusterMember:
     # A full re-read of the store now and then, as a safety net under the watches (which are
     # what keeps the view current; the full read after every reconnection covers missed ones).
     FULL_RESYNC_SECONDS = 600.0
-    WRITE_BATCH = 500  # partition states per multi(): well under ZooKeeper's 1 MB request limit
+    # Partition states per multi(): far under ZooKeeper's 1 MB request limit, and small enough to be
+    # answered well within a session timeout on a loaded machine (a larger batch gains little).
+    WRITE_BATCH = 100
     DEFAULT_TIMEOUT_SECONDS = 10.0
 
     def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", store: MetadataStore,

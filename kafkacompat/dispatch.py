@@ -46,7 +46,7 @@ async def dispatch(
     version = header.api_version
     if handler is None or not handler.supports(version):
         if header.api_key == API_VERSIONS_KEY:
-            return _frame(response_header(header.correlation_id, API_VERSIONS_KEY, 0), unsupported_version_response())
+            return _frame(response_header(header.correlation_id, API_VERSIONS_KEY, 0), unsupported_version_response(bool(services.telemetry.subscriptions)))
         if handler is None:
             raise HeaderError(f"unknown API key {header.api_key} (correlation id {header.correlation_id})")
         raise HeaderError(

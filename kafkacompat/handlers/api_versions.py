@@ -62,12 +62,13 @@ async def handle_api_versions(request, ctx: RequestContext):
     )
 
 
-def unsupported_version_response() -> bytes:
-    """UNSUPPORTED_VERSION in the v0 layout (error, api_keys array), which every client can read.
+def unsupported_version_response(telemetry_wanted: bool) -> bytes:
+    """UNSUPPORTED_VERSION in the v0 layout (error, api_keys array), which every client can read,
+    naming what a request at a version we serve is answered with (advertised_versions).
 
     Written by hand so it needs no schema class: it is the answer to a client newer than us.
     """
-    versions = served_versions()
+    versions = advertised_versions(telemetry_wanted)
     parts = [struct.pack(">hi", ErrorCode.UNSUPPORTED_VERSION, len(versions))]
     parts.extend(struct.pack(">hhh", k, lo, hi) for k, lo, hi in versions)
     return b"".join(parts)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import crc32c
 import trio
 
-from kafkacompat.controller.store import StoreError
+from kafkacompat.controller.store_follower import StoreFollower
 from kafkacompat.wire import validation
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 from kafkacompat.wire.otlp import MetricPoint, decode_metrics_data
@@ -248,13 +248,12 @@ class ClientMetricsManager:
     def __init__(self, telemetry_max_bytes: int, store: "Callable[[], ClientMetricsConfigStore] | None" = None,
                  *, clock: Callable[[], float] = time.monotonic, max_instances: int = MAX_INSTANCES) -> None:
         self.telemetry_max_bytes = telemetry_max_bytes
-        self._store = store
+        self._follower = StoreFollower(store, self.set_subscriptions, "Client metrics subscriptions", REFRESH_SECONDS)
         self._clock = clock
         self.max_instances = max_instances
         self.subscriptions: dict[str, Subscription] = {}
         self.version = 0  # bumped whenever the subscriptions change
         self.instances: OrderedDict[uuid.UUID, ClientInstance] = OrderedDict()
-        self._nudge = trio.Event()
 
     def _now_ms(self) -> float:
         return self._clock() * 1000
@@ -275,36 +274,15 @@ class ClientMetricsManager:
 
     def changed(self) -> None:
         """Something changed the stored subscriptions: re-read them now."""
-        self._nudge.set()
+        self._follower.changed()
 
     async def refresh(self) -> None:
-        if self._store is not None:
-            self.set_subscriptions(await self._store().read_all())
+        await self._follower.refresh()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the subscriptions in step with the store (loaded before the broker accepts
         clients), forget clients gone quiet."""
-        watching = await self._reload(watching=False)
-        task_status.started()
-        while True:
-            with trio.move_on_after(REFRESH_SECONDS):
-                await self._nudge.wait()
-            self._nudge = trio.Event()
-            watching = await self._reload(watching)
-            self.expire()
-
-    async def _reload(self, watching: bool) -> bool:
-        """Re-read the subscriptions (first setting up the watches); whether they are watched."""
-        if self._store is None:
-            return watching
-        try:
-            if not watching:
-                await self._store().watch(self.changed)
-                watching = True
-            await self.refresh()
-        except StoreError as exc:  # the next round retries
-            log.warning("Client metrics subscriptions not reloaded: the metadata store is unavailable (%s)", exc)
-        return watching
+        await self._follower.run(every_round=self.expire, task_status=task_status)
 
     # -- instances --
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import trio
 
-from kafkacompat.controller.store import StoreError
+from kafkacompat.controller.store_follower import StoreFollower
 from kafkacompat.wire.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
@@ -134,9 +134,8 @@ class GroupSettings:
 class GroupConfigs:
     def __init__(self, config: "BrokerConfig", store: "Callable[[], GroupConfigStore] | None" = None) -> None:
         self.config = config
-        self._store = store
         self.overrides: dict[str, dict[str, str]] = {}
-        self._nudge = trio.Event()
+        self._follower = StoreFollower(store, self.set_overrides, "Group configs", REFRESH_SECONDS)
 
     def of(self, group_id: str) -> GroupSettings:
         merged = {**defaults(self.config), **self.overrides.get(group_id, {})}
@@ -160,33 +159,14 @@ class GroupConfigs:
             log.info("Group configs now set for: %s", ", ".join(sorted(overrides)) or "no group")
 
     def changed(self) -> None:
-        self._nudge.set()
+        self._follower.changed()
 
     async def refresh(self) -> None:
-        if self._store is not None:
-            self.set_overrides(await self._store().read_all())
+        await self._follower.refresh()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the group configs in step with the store (loaded before the broker accepts clients)."""
-        watching = await self._reload(watching=False)
-        task_status.started()
-        while True:
-            with trio.move_on_after(REFRESH_SECONDS):
-                await self._nudge.wait()
-            self._nudge = trio.Event()
-            watching = await self._reload(watching)
-
-    async def _reload(self, watching: bool) -> bool:
-        if self._store is None:
-            return watching
-        try:
-            if not watching:
-                await self._store().watch(self.changed)
-                watching = True
-            await self.refresh()
-        except StoreError as exc:  # the next round retries
-            log.warning("Group configs not reloaded: the metadata store is unavailable (%s)", exc)
-        return watching
+        await self._follower.run(task_status=task_status)
 
 
 REFRESH_SECONDS = 30.0

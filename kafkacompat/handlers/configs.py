@@ -455,6 +455,15 @@ def _apply_operation(values: dict[str, str], config, list_defaults: dict[str, st
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown operations type {op}")
 
 
+def _operations_editor(configs, list_defaults: dict[str, str | None]):
+    """The edit a store applies to an entity's current configs: the request's operations in order."""
+    def edit(props: dict[str, str]) -> dict[str, str]:
+        for config in configs:
+            _apply_operation(props, config, list_defaults)
+        return props
+    return edit
+
+
 _TOPIC_LIST_DEFAULTS = {name: key.default for name, key in TOPIC_CONFIGS.items() if key.type is ConfigType.LIST}
 _CLIENT_METRICS_LIST_DEFAULTS = {name: None for name, kind in CLIENT_METRICS_TYPES.items() if kind is ConfigType.LIST}
 _GROUP_LIST_DEFAULTS = {name: None for name, kind in GROUP_CONFIG_TYPES.items() if kind is ConfigType.LIST}
@@ -652,19 +661,11 @@ async def _alter_incrementally(ctx: RequestContext, resource, validate_only: boo
             _apply_operation(overrides, config, _TOPIC_LIST_DEFAULTS)
         await _change_topic_configs(ctx, resource.resource_name, overrides, validate_only)
     elif resource.resource_type == CLIENT_METRICS:
-        def edit_subscription(props: dict[str, str]) -> dict[str, str]:
-            for config in resource.configs:
-                _apply_operation(props, config, _CLIENT_METRICS_LIST_DEFAULTS)
-            return props
-
-        await _change_client_metrics(ctx, resource.resource_name, edit_subscription, validate_only)
+        await _change_client_metrics(ctx, resource.resource_name,
+                                     _operations_editor(resource.configs, _CLIENT_METRICS_LIST_DEFAULTS), validate_only)
     elif resource.resource_type == GROUP:
-        def edit_group(props: dict[str, str]) -> dict[str, str]:
-            for config in resource.configs:
-                _apply_operation(props, config, _GROUP_LIST_DEFAULTS)
-            return props
-
-        await _change_group_configs(ctx, resource.resource_name, edit_group, validate_only)
+        await _change_group_configs(ctx, resource.resource_name,
+                                    _operations_editor(resource.configs, _GROUP_LIST_DEFAULTS), validate_only)
     else:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {resource.resource_type}")
 

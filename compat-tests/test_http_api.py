@@ -59,6 +59,7 @@ def _produce_and_consume(bootstrap: str) -> confluent_kafka.Consumer:
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
             seen[message.partition()] = seen.get(message.partition(), 0) + 1
+    assert seen == {p: MESSAGES_PER_PARTITION for p in range(PARTITIONS)}
     consumer.commit(offsets=[confluent_kafka.TopicPartition(TOPIC, p, CONSUMED) for p in range(PARTITIONS)],
                     asynchronous=False)
     return consumer
@@ -120,6 +121,24 @@ def test_messages_with_keys_headers_and_paging(served):
     assert [r["offset"] for r in last["records"]] == [5] and last["next_offset"] is None
     newest = get(base, f"/v1/topics/{TOPIC}/messages?partition=2&limit=2")
     assert [r["offset"] for r in newest["records"]] == [4, 5]
+
+
+def test_messages_page_across_batches(served):
+    """One batch per record (a flush after each): a page reads on through the batches after the
+    first one the log returns (it used to stop after the first)."""
+    broker, base = served
+    topic = "one-record-batches"
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, 1)])[topic].result(30)
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(5):
+        producer.produce(topic, value=b"single %d" % i, partition=0)
+        assert producer.flush(30) == 0
+    page = get(base, f"/v1/topics/{topic}/messages?partition=0&offset=1&limit=3")
+    assert [(r["offset"], r["value"]["text"]) for r in page["records"]] == [
+        (1, "single 1"), (2, "single 2"), (3, "single 3")]
+    assert page["next_offset"] == 4
+    assert [r["offset"] for r in get(base, f"/v1/topics/{topic}/messages?partition=0")["records"]] == [0, 1, 2, 3, 4]
 
 
 # ---- /metrics ---------------------------------------------------------------------------------

@@ -290,7 +290,7 @@ def _batches(iter_batches, data: bytes) -> list:
 
 def _batch_records(iter_records, data: bytes, header) -> list:
     try:
-        return list(iter_records(memoryview(data)[header.position:header.position + header.size], header))
+        return list(iter_records(data, header))  # header.position is within data
     except Exception:  # a batch the console cannot open (legacy format, a codec it lacks): skip it
         return []
 

@@ -1,12 +1,17 @@
 """Partition reassignment on a ZooKeeper cluster of four broker processes (ids 1-4), driven by
-kafka-python's AdminClient: a partition moves from broker 1 to broker 4 under an acks=all load
-and loses nothing; a move is cancelled; bad targets get Kafka's codes."""
+kafka-python's AdminClient and by kafkajs's admin: a partition moves from broker 1 to broker 4
+under an acks=all load and loses nothing; a move is cancelled; bad targets get Kafka's codes.
+(librdkafka and so confluent-kafka have no reassignment API; the Java AdminClient is not
+installable here.)"""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import uuid
+from pathlib import Path
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
@@ -76,6 +81,31 @@ def test_a_partition_moves_from_broker_1_to_broker_4_under_acks_all_load(cluster
     for _ in deadline_loop(30, "broker 1 deleted its copy"):
         if not (cluster.brokers[1].data_dir / f"{topic}-0").exists():
             break
+
+
+JS = Path(__file__).parent / "js"
+
+
+def test_kafkajs_moves_a_partition_from_broker_1_to_broker_4_under_acks_all_load(cluster):
+    topic = new_topic(cluster, [1, 2, 3])
+    with ContinuousProducer(cluster.bootstrap, topic, 1) as producer:
+        producer.wait_for_new_acks(0, count=200)
+        assert (JS / "node_modules" / "kafkajs").is_dir(), f"run: cd {JS} && npm install --no-audit --no-fund"
+        done = subprocess.run(["node", str(JS / "reassign.js"), cluster.bootstrap, topic, "4,2,3"],
+                              capture_output=True, text=True, timeout=150)
+        assert done.returncode == 0, f"reassign.js failed:\n{done.stderr[-4000:]}"
+        result = json.loads(done.stdout)
+        producer.wait_for_new_acks(0, count=200)  # still producing after the move
+    assert not producer.failed, producer.failed[:5]
+    # while it moved, kafkajs listed it with Kafka's replicas = target + removing, adding/removing
+    moving = [t["partitions"][0] for listed in result["listings"] for t in listed["topics"] if t["partitions"]]
+    assert all(sorted(p["replicas"]) == [1, 2, 3, 4] and p["addingReplicas"] == [4] and p["removingReplicas"] == [1]
+               for p in moving), moving
+    assert "INVALID_REPLICA_ASSIGNMENT" in result["unknown"], result["unknown"]  # no broker 99
+    for _ in deadline_loop(30, "every broker sees the partition on brokers 2, 3, 4"):
+        if all(replicas_of(cluster, topic, 0, b)[:2] == ([2, 3, 4], [2, 3, 4]) for b in BROKERS):
+            break
+    assert assert_acknowledged_messages_are_there(cluster.bootstrap, topic, producer.acked) >= 400
 
 
 def test_the_leader_moves_when_it_leaves_and_a_move_can_be_cancelled(cluster, admin):

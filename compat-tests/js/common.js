@@ -7,7 +7,7 @@ const { Kafka, logLevel } = require('kafkajs');
 function client(bootstrap) {
   return new Kafka({
     clientId: 'kafkacompat-compat-tests',
-    brokers: [bootstrap],
+    brokers: bootstrap.split(','),
     connectionTimeout: 5000,
     requestTimeout: 10000,
     retry: { retries: 3, initialRetryTime: 100 },

@@ -108,6 +108,10 @@ def test_group_configs_are_described_with_the_broker_defaults_and_set_by_kafka_p
     ([("no.such.config", "1", SET)], "Unknown group config name: no.such.config"),
     ([("share.auto.offset.reset", "sometime", SET)], "share.auto.offset.reset"),
     ([("share.isolation.level", "dirty", SET)], "share.isolation.level"),
+    ([("share.auto.offset.reset", "by_duration", SET)], "'by_duration:<PnDTnHnMn.nS.>'"),
+    ([("share.auto.offset.reset", "by_duration:-PT1H", SET)], "'by_duration:<PnDTnHnMn.nS.>'"),
+    ([("share.auto.offset.reset", "by_duration:PT1X", SET)], "'by_duration:<PnDTnHnMn.nS.>'"),
+    ([("share.auto.offset.reset", "by_duration:1h", SET)], "'by_duration:<PnDTnHnMn.nS.>'"),
     ([("consumer.session.timeout.ms", "abc", SET)], "Not a number of type INT"),
     ([("consumer.session.timeout.ms", "30000", SET)],
      "consumer.session.timeout.ms must be greater than or equal to group.consumer.min.session.timeout.ms"),
@@ -146,6 +150,42 @@ def test_share_auto_offset_reset_earliest_makes_a_new_share_group_read_from_the_
         assert got == [b"before-0", b"before-1", b"before-2"]
     finally:
         consumer.close()
+
+
+@pytest.mark.parametrize("reset, expected", [
+    ("by_duration:PT1H", [b"recent-0", b"recent-1", b"new"]),  # from the first record of the last hour
+    ("by_duration:P1DT2H", [b"old-0", b"old-1", b"recent-0", b"recent-1", b"new"]),  # all of them
+    ("by_duration:PT1M", [b"new"]),  # nothing that recent: the end, as latest
+])
+def test_share_auto_offset_reset_by_duration_starts_at_the_first_record_that_recent(broker, admin, reset, expected):
+    from confluent_kafka import ShareConsumer
+
+    topic, group = unique("dur"), unique("g")
+    create_topic(broker.bootstrap, topic)
+    now_ms = int(time.time() * 1000)
+    confluent_send(broker.bootstrap, topic, [Msg(b"old-%d" % i, timestamp=now_ms - 3 * 3600_000 + i) for i in range(2)]
+                   + [Msg(b"recent-%d" % i, timestamp=now_ms - 1800_000 + i) for i in range(2)])
+    assert admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
+        "share.auto.offset.reset": (AlterConfigOp.SET, reset)})], incremental=True) == {"group": {group: "OK"}}
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        consumer.subscribe([topic])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        sent_new = False
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            got += [m.value() for m in consumer.poll(0.5) if m.error() is None]
+            if not sent_new and _share_partition_started(broker, group, topic):
+                confluent_send(broker.bootstrap, topic, [Msg(b"new")])
+                sent_new = True
+        assert got == expected
+    finally:
+        consumer.close()
+
+
+def _share_partition_started(broker, group: str, topic: str) -> bool:
+    """Whether the broker logged the start of ``group``'s share partition ``topic``-0."""
+    return f"Share group {group} starts {topic}-0 at offset" in broker.output()
 
 
 def test_a_groups_heartbeat_intervals_and_lock_duration_are_what_its_members_are_told(broker):

@@ -11,6 +11,7 @@ Validation follows GroupConfig.validate: known names, typed values, and the brok
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping
 
@@ -43,10 +44,16 @@ INT_KEYS: Mapping[str, tuple[str, int]] = {
     SHARE_RECORD_LOCK_DURATION: ("group.share.record.lock.duration.ms", 1000),
     SHARE_DELIVERY_COUNT_LIMIT: ("group.share.delivery.count.limit", 2),
 }
+# key -> (default, the values allowed; share.auto.offset.reset also takes by_duration:<ISO 8601>)
 STRING_KEYS: Mapping[str, tuple[str, tuple[str, ...]]] = {
     SHARE_AUTO_OFFSET_RESET: ("latest", ("latest", "earliest")),
     SHARE_ISOLATION_LEVEL: ("read_uncommitted", ("read_committed", "read_uncommitted")),
 }
+BY_DURATION = "by_duration:"
+# java.time.Duration.parse's format: [-+]PnDTnHnMn.nS, every number signed, letters in either case
+_ISO_DURATION = re.compile(
+    r"([-+]?)P(?:([-+]?[0-9]+)D)?(T(?:([-+]?[0-9]+)H)?(?:([-+]?[0-9]+)M)?(?:([-+]?[0-9]+)(?:[.,]([0-9]{0,9}))?S)?)?",
+    re.IGNORECASE)
 NAMES = tuple(INT_KEYS) + tuple(STRING_KEYS)
 DOCS: Mapping[str, str] = {
     CONSUMER_SESSION_TIMEOUT: "The timeout to detect client failures when using the consumer group protocol.",
@@ -80,6 +87,35 @@ def defaults(config: "BrokerConfig") -> dict[str, str]:
     return found
 
 
+def iso_duration_ms(text: str) -> int | None:
+    """An ISO 8601 duration as java.time.Duration.parse reads it, in milliseconds; None if it
+    does not parse."""
+    match = _ISO_DURATION.fullmatch(text)
+    if match is None:
+        return None
+    sign, days, time_part, hours, minutes, seconds, fraction = match.groups()
+    if (days is None and time_part is None) or time_part in ("T", "t"):
+        return None
+    nanos = int(((fraction or "") + "000000000")[:9])
+    whole_seconds = int(seconds or 0)
+    total_ns = ((int(days or 0) * 86400 + int(hours or 0) * 3600 + int(minutes or 0) * 60 + whole_seconds)
+                * 1_000_000_000 + (-nanos if whole_seconds < 0 or (seconds or "").startswith("-") else nanos))
+    return (-total_ns if sign == "-" else total_ns) // 1_000_000
+
+
+def share_reset_lookback_ms(value: str) -> int | None:
+    """How far back a ``by_duration:<ISO 8601>`` share.auto.offset.reset looks; None for
+    earliest/latest or a value that does not parse (validate() refuses those)."""
+    if not value.startswith(BY_DURATION):
+        return None
+    lookback = iso_duration_ms(value[len(BY_DURATION):])
+    return lookback if lookback is not None and lookback >= 0 else None
+
+
+def _valid_share_auto_offset_reset(value: str) -> bool:
+    return value in STRING_KEYS[SHARE_AUTO_OFFSET_RESET][1] or share_reset_lookback_ms(value) is not None
+
+
 def _invalid(message: str) -> KafkaError:
     return KafkaError(ErrorCode.INVALID_CONFIG, message)
 
@@ -101,8 +137,13 @@ def validate(config: "BrokerConfig", props: Mapping[str, str]) -> dict[str, str]
             raise _invalid(f"Invalid value {merged[key]} for configuration {key}: Not a number of type INT")
         if values[key] < least:
             raise _invalid(f"Invalid value {values[key]} for configuration {key}: Value must be at least {least}")
+    if not _valid_share_auto_offset_reset(merged[SHARE_AUTO_OFFSET_RESET]):
+        value = merged[SHARE_AUTO_OFFSET_RESET]
+        raise _invalid(f"Invalid value {value} for configuration {SHARE_AUTO_OFFSET_RESET}: Invalid value `{value}` "
+                       f"for configuration {SHARE_AUTO_OFFSET_RESET}. The value must be either 'earliest', 'latest' "
+                       "or of the format 'by_duration:<PnDTnHnMn.nS.>'.")
     for key, (_, allowed) in STRING_KEYS.items():
-        if merged[key] not in allowed:
+        if key != SHARE_AUTO_OFFSET_RESET and merged[key] not in allowed:
             raise _invalid(f"Invalid value {merged[key]} for configuration {key}: String must be one of: "
                            f"{', '.join(allowed)}")
     for key, low, high in BOUNDS:

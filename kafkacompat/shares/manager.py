@@ -5,6 +5,7 @@ answered.
 
 A share partition is created on the first fetch of a (group, topic, partition) whose leader is
 here, from its persisted state or, for a new one, at ``share.auto.offset.reset`` (latest: the
+high watermark; by_duration:<ISO 8601>: the first record stamped that long ago or later, else the
 high watermark), and that start is persisted before anything is delivered. It is dropped (and
 reloaded from the persisted state) when the partition's leader epoch changes or a write fails,
 so memory never disagrees with what is durable for long. Acquisition locks are timed by one task
@@ -15,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, Sequence
 
 import trio
 
-from kafkacompat.groups.group_configs import GroupConfigs
+from kafkacompat.groups.group_configs import GroupConfigs, share_reset_lookback_ms
 from kafkacompat.shares.partition import (
     AcknowledgementBatch,
     AcquiredRange,
@@ -155,7 +157,7 @@ class SharePartitionManager:
                      share.start_offset, share.in_flight())
             return share, persisted.state_epoch
         reset = self.group_config(group_id).auto_offset_reset
-        start = partition.log_start_offset if reset == "earliest" else partition.high_watermark
+        start = _reset_offset(partition, reset)
         share.reset(start)
         await self.persister.write_state(key, partition.leader_epoch, start, [])
         log.info("Share group %s starts %s-%d at offset %d (share.auto.offset.reset=%s)", group_id, topic.name,
@@ -382,3 +384,15 @@ def _batches_covering(data: bytes, headers: list, acquired: list[AcquiredRange])
     ranges = [(r.first_offset, r.last_offset) for r in acquired]
     return b"".join(bytes(data[h.position:h.position + h.size]) for h in headers
                     if any(first <= h.last_offset and h.base_offset <= last for first, last in ranges))
+
+
+def _reset_offset(partition: "Partition", reset: str) -> int:
+    """Where a new share partition starts for ``share.auto.offset.reset``."""
+    if reset == "earliest":
+        return partition.log_start_offset
+    lookback_ms = share_reset_lookback_ms(reset)
+    if lookback_ms is not None:
+        found = partition.log.offset_for_timestamp(int(time.time() * 1000) - lookback_ms)
+        if found is not None:
+            return min(max(found[0], partition.log_start_offset), partition.high_watermark)
+    return partition.high_watermark

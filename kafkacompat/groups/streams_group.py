@@ -259,6 +259,20 @@ class StreamsGroupState(ConsumerGroupState):
             return "NotReady"
         return super().state_name()
 
+    def subscribed_topic_names(self) -> set[str]:
+        """The topics the group reads (Kafka's StreamsGroup.isSubscribedToTopic): their offsets
+        are not expired while it has members, and OffsetDelete refuses them."""
+        if self.topology is None:
+            return set()
+        names = {n for s in self.topology.subtopologies for n in s.source_topics}
+        names.update(t.name for s in self.topology.subtopologies for t in s.repartition_source_topics)
+        if self.configured is not None:
+            names.update(n for partitions in self.configured.source_partitions.values() for n in partitions)
+        return names
+
+    def member_topic_names(self, member: ConsumerMember) -> set[str]:
+        return self.subscribed_topic_names()
+
     def supports_classic_protocols(self, protocol_type: str, names: list[str], consumer_type: str) -> bool:
         return False
 

@@ -113,7 +113,8 @@ def _heartbeat_response(ctx: RequestContext, result: StreamsHeartbeatResult):
         ]
     return response_for(
         STREAMS_GROUP_HEARTBEAT, ctx, throttle_time_ms=0, error_code=result.error, error_message=result.message,
-        member_id=result.member_id, member_epoch=result.member_epoch if not result.error else -1,
+        # Kafka answers an error with nothing but its code and message.
+        member_id="" if result.error else result.member_id, member_epoch=0 if result.error else result.member_epoch,
         heartbeat_interval_ms=result.heartbeat_interval_ms, acceptable_recovery_lag=0, task_offset_interval_ms=0,
         status=[cls.Status(status_code=code, status_detail=detail) for code, detail in result.statuses] or None,
         active_tasks=None if result.active is None else _task_ids(cls.TaskIds, result.active),

@@ -86,8 +86,8 @@ class Member:
         self.extra = extra
         self.last = None
 
-    def join(self):
-        return self._send(member_epoch=0, rebalance_timeout_ms=30000, topology=self.topology,
+    def join(self, rebalance_timeout_ms: int = 30000):
+        return self._send(member_epoch=0, rebalance_timeout_ms=rebalance_timeout_ms, topology=self.topology,
                           process_id=self.process_id, active_tasks=[], standby_tasks=[], warmup_tasks=[],
                           **self.extra)
 
@@ -143,10 +143,11 @@ def settle(members: list[Member], rounds: int = 30) -> None:
     raise AssertionError(f"group {members[0].group} did not settle: {describe}")
 
 
-def joined_and_ready(conn, group: str, source: str, app: str, partitions: int = 4) -> Member:
+def joined_and_ready(conn, group: str, source: str, app: str, partitions: int = 4,
+                     rebalance_timeout_ms: int = 30000) -> Member:
     create_topic(conn.bootstrap, source, partitions)
     member = Member(conn, group, two_step_topology(app, source))
-    first = member.join()
+    first = member.join(rebalance_timeout_ms)
     assert first.error_code == 0, first
     assert statuses(first) == [MISSING_INTERNAL_TOPICS]
     assert first.active_tasks == [] and first.member_epoch >= 1
@@ -367,3 +368,23 @@ def test_shutdown_application_reaches_every_member(conn, broker):
     assert second.join().error_code == 0
     assert SHUTDOWN_APPLICATION in statuses(first.heartbeat(shutdown_application=True))
     assert SHUTDOWN_APPLICATION in statuses(second.heartbeat())
+
+
+def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(conn, broker):
+    app, source = unique("app"), unique("input")
+    stubborn = joined_and_ready(conn, app, source, app, partitions=2, rebalance_timeout_ms=2000)
+    held = {s: list(ps) for s, ps in stubborn.active.items()}
+    newcomer = Member(conn, app, two_step_topology(app, source))
+    assert newcomer.join().error_code == 0
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # it keeps heartbeating but keeps reporting every task as owned
+        stubborn.active = held
+        if stubborn.heartbeat().error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+            break
+        assert stubborn.last.error_code == 0
+        assert newcomer.heartbeat().error_code == 0
+        assert not newcomer.tasks() & {(s, p) for s, ps in held.items() for p in ps}
+        time.sleep(0.3)
+    assert stubborn.last.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    settle([newcomer])
+    assert newcomer.tasks() == {(s, p) for s in "01" for p in range(2)}

@@ -32,7 +32,8 @@ def two_step(explicit: int = 0) -> StreamsTopology:
         Subtopology("0", source_topics=("in",), repartition_sink_topics=("app-r",),
                     state_changelog_topics=(InternalTopic("app-s-changelog"),)),
         Subtopology("1", repartition_source_topics=(InternalTopic("app-r", explicit),),
-                    state_changelog_topics=(InternalTopic("app-t-changelog", configs=(("cleanup.policy", "delete"),)),)),
+                    state_changelog_topics=(InternalTopic("app-t-changelog",
+                                                          configs=(("cleanup.policy", "delete"),)),)),
     ))
 
 

@@ -199,7 +199,7 @@ class StreamsGroupCoordinator:
         if reconciled.member_epoch == state.assignment_epoch and reconciled.state != MemberState.UNREVOKED_PARTITIONS:
             reconciled = replace(reconciled, standby=state.standby_target.get(reconciled.member_id, {}))
         state.put_member(reconciled)
-        self._after_heartbeat(group, reconciled)
+        self._after_heartbeat(group, member, reconciled)
         full = req.member_epoch == 0 or (req.active is not None and req.standby is not None)
         changed = (reconciled.assigned, reconciled.standby) != (member.assigned, member.standby)
         send = full or changed
@@ -223,7 +223,8 @@ class StreamsGroupCoordinator:
         if received > member.member_epoch:
             relation = "greater"
         elif received < member.member_epoch and (
-                received != member.previous_member_epoch or not is_subset(req.active, member.assigned)):  # type: ignore[arg-type]
+                received != member.previous_member_epoch
+                or not is_subset(req.active, member.assigned)):  # type: ignore[arg-type]
             relation = "smaller"
         if relation is not None:
             raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
@@ -292,11 +293,17 @@ class StreamsGroupCoordinator:
             found.append((member.user_endpoint, by_kind[0], by_kind[1]))
         return found
 
-    def _after_heartbeat(self, group: Group, member: StreamsMember) -> None:
+    def _after_heartbeat(self, group: Group, before: StreamsMember, member: StreamsMember) -> None:
+        """Register a new group, re-arm the member's session timeout and, when it has just been
+        asked to revoke tasks, its rebalance timeout (not re-armed by later heartbeats: a member
+        that keeps its tasks is fenced once it runs out, as Kafka does)."""
         self.host.groups.setdefault(group.group_id, group)
         self._schedule_session_timeout(group.group_id, member.member_id)
         key = ("streams-rebalance", group.group_id, member.member_id)
         if member.state == MemberState.UNREVOKED_PARTITIONS:
+            if before.state == MemberState.UNREVOKED_PARTITIONS and before.member_epoch == member.member_epoch \
+                    and before.member_id in group.consumer.members:  # type: ignore[union-attr]
+                return
             epoch = member.member_epoch
             timeout = member.rebalance_timeout_ms if member.rebalance_timeout_ms > 0 else \
                 self.host.group_configs.of(group.group_id).streams_session_timeout_ms

@@ -20,7 +20,7 @@ from kafkacompat.wire.frame import is_flexible  # noqa: E402
 
 HEARTBEAT, DESCRIBE = 88, 89
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, CONSUMER_HEARTBEAT = 8, 9, 16, 15, 68
-METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 3, 32, 44
+METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, API_VERSIONS = 3, 32, 44, 18
 MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS, MISSING_INTERNAL_TOPICS, SHUTDOWN_APPLICATION = 1, 2, 3, 4
 SESSION_TIMEOUT_MS = 8000
 
@@ -50,7 +50,9 @@ def call(conn: RawConnection, api_key: int, version: int = 0, **fields):
     conn.send(frame(header + codec.encode_request(request, version)))
     payload = conn.recv_frame()
     assert int.from_bytes(payload[:4], "big") == 77
-    return codec.decode_response(api_key, version, payload[5 if is_flexible(api_key, version) else 4:])
+    # ApiVersions answers with response header v0 at every version
+    flexible_header = is_flexible(api_key, version) and api_key != API_VERSIONS
+    return codec.decode_response(api_key, version, payload[5 if flexible_header else 4:])
 
 
 REQ = codec.request_class(HEARTBEAT)
@@ -388,3 +390,11 @@ def test_a_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(con
     assert stubborn.last.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     settle([newcomer])
     assert newcomer.tasks() == {(s, p) for s in "01" for p in range(2)}
+
+
+def test_api_versions_advertises_the_streams_apis_and_streams_version(conn, broker):
+    response = call(conn, API_VERSIONS, 3, client_software_name="compat-tests", client_software_version="1")
+    keys = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+    assert keys[HEARTBEAT] == keys[DESCRIBE] == (0, 0)
+    finalized = {f.name: f.max_version_level for f in response.finalized_features}
+    assert finalized["streams.version"] == 1

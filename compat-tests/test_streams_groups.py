@@ -20,6 +20,7 @@ from kafkacompat.wire.frame import is_flexible  # noqa: E402
 
 HEARTBEAT, DESCRIBE = 88, 89
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, CONSUMER_HEARTBEAT = 8, 9, 16, 15, 68
+JOIN_GROUP, DELETE_GROUPS = 11, 42
 METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, API_VERSIONS = 3, 32, 44, 18
 MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS, MISSING_INTERNAL_TOPICS, SHUTDOWN_APPLICATION = 1, 2, 3, 4
 SESSION_TIMEOUT_MS = 8000
@@ -272,6 +273,12 @@ def test_heartbeat_errors_as_kafka(conn, broker):
     consumer = call(conn, CONSUMER_HEARTBEAT, 1, group_id=app, member_id=str(uuid.uuid4()), member_epoch=0,
                     rebalance_timeout_ms=1000, subscribed_topic_names=[source], topic_partitions=[])
     assert consumer.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    # and a classic JoinGroup
+    join_cls = codec.request_class(JOIN_GROUP)
+    classic = call(conn, JOIN_GROUP, 9, group_id=app, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                   member_id="", group_instance_id=None, protocol_type="consumer", reason=None,
+                   protocols=[join_cls.JoinGroupRequestProtocol(name="range", metadata=b"")])
+    assert classic.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     # fenced members rejoin with epoch 0 and get their tasks back
     assert member.heartbeat().error_code == 0
 
@@ -322,6 +329,9 @@ def test_offsets_committed_with_member_epochs_and_listed_as_streams(conn, broker
     assert member.leave().error_code == 0
     # an empty group takes commits from outside the group (an admin client's reset)
     assert commit("", -1, 7) == 0
+    deleted = call(conn, DELETE_GROUPS, 2, groups_names=[app])
+    assert [r.error_code for r in deleted.results] == [0]
+    assert call(conn, DESCRIBE, group_ids=[app]).groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
 def test_a_silent_member_is_removed_after_its_session_timeout(conn, broker):

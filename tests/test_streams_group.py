@@ -137,3 +137,11 @@ def test_a_task_moves_only_after_its_owner_revoked_it():
     state.put_member(a3)
     b3 = state.reconcile(b2, [])
     assert (b3.state, b3.assigned) == (MemberState.STABLE, {"0": frozenset({1})})
+
+
+def test_the_topics_a_streams_group_reads_are_its_subscribed_topics():
+    state = StreamsGroupState("g")
+    assert state.group_type == "streams" and state.subscribed_topic_names() == set()
+    state.topology = two_step()
+    assert state.subscribed_topic_names() == {"in", "app-r"}
+    assert state.is_subscribed_to("in") and not state.is_subscribed_to("app-s-changelog")

@@ -107,8 +107,8 @@ class Member:
         return response
 
     def _send(self, **fields):
-        fields.setdefault("user_endpoint", None)
-        fields.setdefault("client_tags", None)
+        for name in ("user_endpoint", "client_tags", "task_offsets", "task_end_offsets"):
+            fields.setdefault(name, None)
         response = call(self.conn, HEARTBEAT, group_id=self.group, member_id=self.member_id, **fields)
         self.last = response
         if response.error_code == 0:
@@ -244,11 +244,30 @@ def test_heartbeat_errors_as_kafka(conn, broker):
     def send(**fields):
         base = dict(group_id=app, member_id=str(uuid.uuid4()), member_epoch=0, rebalance_timeout_ms=1000,
                     topology=topology, process_id="p", active_tasks=[], standby_tasks=[], warmup_tasks=[],
-                    user_endpoint=None, client_tags=None)
+                    user_endpoint=None, client_tags=None, task_offsets=None, task_end_offsets=None)
         response = call(conn, HEARTBEAT, **{**base, **fields})
         return response.error_code, response.error_message
 
     assert send(member_id="") == (ErrorCode.INVALID_REQUEST, "MemberId can't be empty.")
+    # what Kafka 4.2 does not support yet, refused before anything else
+    assert send(member_id="", instance_id="i-1") == (ErrorCode.INVALID_REQUEST,
+                                                     "Static membership is not yet supported.")
+    assert send(task_offsets=[]) == (ErrorCode.INVALID_REQUEST, "TaskOffsets are not supported yet.")
+    assert send(warmup_tasks=[REQ.TaskIds(subtopology_id="0", partitions=[0])]) == (
+        ErrorCode.INVALID_REQUEST, "WarmupTasks are not supported yet.")
+    regex = REQ.Topology(epoch=1, subtopologies=[REQ.Topology.Subtopology(subtopology_id="0",
+                                                                          source_topic_regex=["in.*"])])
+    assert send(topology=regex) == (ErrorCode.INVALID_REQUEST,
+                                    "Regular expressions for source topics are not supported yet.")
+    assert send(member_epoch=-3, topology=None) == (
+        ErrorCode.INVALID_REQUEST, "MemberEpoch is -3, but must be greater than or equal to -2.")
+    assert send(member_epoch=-2, topology=None) == (ErrorCode.INVALID_REQUEST, "InstanceId can't be null.")
+    assert send(member_epoch=1, topology=None, standby_tasks=None) == (
+        ErrorCode.INVALID_REQUEST, "If one task-type is non-null, all must be non-null.")
+    sized = REQ.Topology(epoch=1, subtopologies=[REQ.Topology.Subtopology(
+        subtopology_id="0", source_topics=[source], state_changelog_topics=[topic_info(f"{app}-c", 3)])])
+    assert send(topology=sized) == (ErrorCode.STREAMS_INVALID_TOPOLOGY, f"Changelog topic {app}-c must have an "
+                                    "undefined partition count, but it is set to 3.")
     assert send(rebalance_timeout_ms=-1)[0] == ErrorCode.INVALID_REQUEST
     assert send(topology=None) == (ErrorCode.INVALID_REQUEST, "Topology must be non-null when (re-)joining.")
     assert send(member_epoch=1, topology=None)[0] == ErrorCode.UNKNOWN_MEMBER_ID

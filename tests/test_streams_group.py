@@ -75,6 +75,7 @@ def test_copartitioned_source_topics_must_match():
     StreamsTopology(1, (Subtopology("0", ("a",), copartition_groups=(CopartitionGroup((1,)),)),)),
     StreamsTopology(1, (Subtopology("0", ("a",), repartition_sink_topics=("nowhere",)),)),
     StreamsTopology(1, (Subtopology("0", source_topic_regex=("(?=x)",)),)),
+    StreamsTopology(1, (Subtopology("0", ("a",), state_changelog_topics=(InternalTopic("c", 2),)),)),
 ])
 def test_invalid_topologies(topology):
     with pytest.raises(KafkaError) as raised:

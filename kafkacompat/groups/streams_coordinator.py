@@ -60,6 +60,8 @@ class StreamsHeartbeat:
     client_tags: tuple[tuple[str, str], ...] | None = None
     shutdown_application: bool = False
     endpoint_information_epoch: int = 0
+    task_offsets: list | None = None
+    task_end_offsets: list | None = None
     client_id: str = ""
     client_host: str = ""
 
@@ -91,7 +93,22 @@ class StreamsGroupCoordinator:
     # ---- validation (Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid) ---------------------
 
     @staticmethod
+    def _refuse_unsupported(req: StreamsHeartbeat) -> None:
+        """Kafka 4.2's throwIfStreamsGroupHeartbeatRequestIsUsingUnsupportedFeatures, checked first."""
+        if req.instance_id is not None:
+            raise _invalid("Static membership is not yet supported.")
+        if req.task_offsets is not None:
+            raise _invalid("TaskOffsets are not supported yet.")
+        if req.task_end_offsets is not None:
+            raise _invalid("TaskEndOffsets are not supported yet.")
+        if req.warmup:
+            raise _invalid("WarmupTasks are not supported yet.")
+        if req.topology is not None and any(s.source_topic_regex for s in req.topology.subtopologies):
+            raise _invalid("Regular expressions for source topics are not supported yet.")
+
+    @staticmethod
     def _validate(req: StreamsHeartbeat) -> None:
+        """Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid, then its topology checks."""
         if req.member_id == "":
             raise _invalid("MemberId can't be empty.")
         if req.group_id == "":
@@ -105,27 +122,32 @@ class StreamsGroupCoordinator:
                 raise _invalid("RebalanceTimeoutMs must be provided in first request.")
             for name, tasks in (("ActiveTasks", req.active), ("StandbyTasks", req.standby),
                                 ("WarmupTasks", req.warmup)):
-                if tasks is None or tasks:
+                if tasks:
                     raise _invalid(f"{name} must be empty when (re-)joining.")
             if req.topology is None:
                 raise _invalid("Topology must be non-null when (re-)joining.")
-            if req.process_id is None:
-                raise _invalid("ProcessId can't be null.")
             req.topology.validate()
+        elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if req.instance_id is None:
+                raise _invalid("InstanceId can't be null.")
         elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise _invalid("MemberEpoch is invalid.")
-        elif req.topology is not None:
+            raise _invalid(f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2.")
+        tasks = (req.active, req.standby, req.warmup)
+        if any(t is not None for t in tasks) and any(t is None for t in tasks):
+            raise _invalid("If one task-type is non-null, all must be non-null.")
+        if req.member_epoch != 0 and req.topology is not None:
             raise _invalid("Topology can only be provided when (re-)joining.")
 
     # ---- StreamsGroupHeartbeat -----------------------------------------------------------------
 
     def heartbeat(self, req: StreamsHeartbeat, topics: Callable[[], "Iterable[TopicInfo]"]) -> StreamsHeartbeatResult:
         try:
+            self._refuse_unsupported(req)
             self._validate(req)
             error = self.host.check_group_id(req.group_id)
             if error:
                 return StreamsHeartbeatResult(error)
-            if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+            if req.member_epoch == LEAVE_GROUP_MEMBER_EPOCH:  # -2 is static membership: refused above
                 return self._leave(req)
             return self._heartbeat(req, {t.name: t for t in topics()})
         except KafkaError as exc:

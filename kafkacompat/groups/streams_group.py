@@ -86,6 +86,10 @@ class StreamsTopology:
                 except KafkaError as exc:
                     raise _invalid_topology(f"Source topic regex of subtopology {sub.subtopology_id}: "
                                             f"{exc.message}") from None
+            for changelog in sub.state_changelog_topics:
+                if changelog.partitions != 0:
+                    raise _invalid_topology(f"Changelog topic {changelog.name} must have an undefined partition "
+                                            f"count, but it is set to {changelog.partitions}.")
             for sink in sub.repartition_sink_topics:
                 if sink not in repartition_sources and sink not in _all_source_topics(self):
                     raise _invalid_topology(f"Repartition sink topic {sink} of subtopology {sub.subtopology_id} "

@@ -64,6 +64,7 @@ def _heartbeat_request(request, ctx: RequestContext) -> StreamsHeartbeat:
         client_tags=None if request.client_tags is None else tuple((t.key, t.value) for t in request.client_tags),
         shutdown_application=bool(request.shutdown_application),
         endpoint_information_epoch=request.endpoint_information_epoch,
+        task_offsets=request.task_offsets, task_end_offsets=request.task_end_offsets,
         client_id=ctx.client_id or "", client_host=client_host(ctx),
     )
 

@@ -22,7 +22,8 @@ HEARTBEAT, DESCRIBE = 88, 89
 OFFSET_COMMIT, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS, CONSUMER_HEARTBEAT = 8, 9, 16, 15, 68
 JOIN_GROUP, DELETE_GROUPS = 11, 42
 METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, API_VERSIONS = 3, 32, 44, 18
-MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS, MISSING_INTERNAL_TOPICS, SHUTDOWN_APPLICATION = 1, 2, 3, 4
+STALE_TOPOLOGY, MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS, MISSING_INTERNAL_TOPICS = 0, 1, 2, 3
+SHUTDOWN_APPLICATION = 4
 SESSION_TIMEOUT_MS = 8000
 
 
@@ -282,7 +283,13 @@ def test_heartbeat_errors_as_kafka(conn, broker):
         subtopology_id="0", source_topics=[source],
         copartition_groups=[sub.CopartitionGroup(source_topics=[3])])])
     assert send(topology=bad_copartition)[0] == ErrorCode.STREAMS_INVALID_TOPOLOGY
-    assert send(topology=two_step_topology(app, source, epoch=2))[0] == ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
+    assert send(topology=two_step_topology(app, source, epoch=2)) == (
+        ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+    # an older topology epoch joins with the group's topology and is told STALE_TOPOLOGY
+    stale = Member(conn, app, two_step_topology(app, source, epoch=0))
+    assert stale.join().error_code == 0 and STALE_TOPOLOGY in statuses(stale.last)
+    assert STALE_TOPOLOGY in statuses(stale.heartbeat())
+    assert stale.leave().error_code == 0
     other = REQ.Topology(epoch=1, subtopologies=[sub(subtopology_id="0", source_topics=[source])])
     assert send(topology=other) == (ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
     # a task the topology does not have

@@ -182,7 +182,7 @@ class StreamsGroupCoordinator:
             self._check_epoch(member, req)
         statuses: list[tuple[int, str]] = []
         if req.topology is not None:
-            self._check_topology(state, req.topology, statuses)
+            self._check_topology(state, req.topology)
         bump = state.group_epoch == 0 or member.member_id not in state.members
         updated = replace(
             member,
@@ -202,7 +202,10 @@ class StreamsGroupCoordinator:
         if state.configured is None or configured.tasks != state.configured.tasks:
             bump = True
         state.configured = configured
-        statuses.extend(configured.statuses)
+        if state.topology is not None and updated.topology_epoch < state.topology.epoch:
+            statuses.append((Status.STALE_TOPOLOGY,
+                             f"The member's topology epoch {updated.topology_epoch} is behind the group's topology "
+                             f"epoch {state.topology.epoch}."))
         if bump:
             state.group_epoch += 1
             log.info("Streams group %s: group epoch bumped to %d", group.group_id, state.group_epoch)
@@ -211,22 +214,26 @@ class StreamsGroupCoordinator:
         if configured.ready:
             self._check_owned_tasks(configured, req)
         if req.shutdown_application:
-            state.shutdown_requested = True
+            state.shutdown_requested = req.member_id
             log.info("Member %s asks streams group %s to shut down", req.member_id, req.group_id)
+        statuses.extend(configured.statuses)
         if state.shutdown_requested:
             statuses.append((Status.SHUTDOWN_APPLICATION,
-                             f"The application of streams group {group.group_id} is asked to shut down."))
+                             f"Streams group member {state.shutdown_requested} encountered a fatal error and "
+                             "requested a shutdown for the entire application."))
         reconciled = state.reconcile(state.members[updated.member_id], req.active)
         assert isinstance(reconciled, StreamsMember)
         if reconciled.member_epoch == state.assignment_epoch and reconciled.state != MemberState.UNREVOKED_PARTITIONS:
             reconciled = replace(reconciled, standby=state.standby_target.get(reconciled.member_id, {}))
         state.put_member(reconciled)
         self._after_heartbeat(group, member, reconciled)
-        full = req.member_epoch == 0 or (req.active is not None and req.standby is not None)
-        changed = (reconciled.assigned, reconciled.standby) != (member.assigned, member.standby)
-        send = full or changed
+        # Kafka sends the assignment on a join and when it changed; a member with an endpoint
+        # that is sent its tasks bumps the endpoint information epoch.
+        send = req.member_epoch == 0 or (reconciled.assigned, reconciled.standby) != (member.assigned, member.standby)
+        if send and reconciled.user_endpoint is not None:
+            state.endpoint_information_epoch += 1
         endpoints = None
-        if req.endpoint_information_epoch < state.endpoint_information_epoch:
+        if req.endpoint_information_epoch != state.endpoint_information_epoch:
             endpoints = self._endpoints(state)
         return StreamsHeartbeatResult(
             member_id=reconciled.member_id, member_epoch=reconciled.member_epoch,
@@ -255,22 +262,13 @@ class StreamsGroupCoordinator:
                              "its partitions and rejoin.")
 
     @staticmethod
-    def _check_topology(state: StreamsGroupState, topology: StreamsTopology, statuses: list[tuple[int, str]]) -> None:
-        """The group keeps the topology it was created with (Kafka 4.2 does not update a
-        topology); an older one is answered STALE_TOPOLOGY."""
+    def _check_topology(state: StreamsGroupState, topology: StreamsTopology) -> None:
+        """Kafka's maybeUpdateTopology: the first topology initializes the group's; an older one
+        is answered STALE_TOPOLOGY (by the caller); any other change is refused."""
         current = state.topology
-        if current is None or not state.members:
+        if current is None or not state.members:  # an empty group takes a new topology
             state.topology = topology
-            return
-        if topology.epoch < current.epoch:
-            statuses.append((Status.STALE_TOPOLOGY,
-                             f"The member's topology epoch {topology.epoch} is behind the group's topology epoch "
-                             f"{current.epoch}."))
-        elif topology.epoch > current.epoch:
-            raise KafkaError(ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH,
-                             f"The member's topology epoch {topology.epoch} is ahead of the group's topology epoch "
-                             f"{current.epoch}: topology updates are not supported yet.")
-        elif topology.subtopologies != current.subtopologies:
+        elif topology.epoch >= current.epoch and topology != current:
             raise _invalid("Topology updates are not supported yet.")
 
     @staticmethod
@@ -293,7 +291,6 @@ class StreamsGroupCoordinator:
         state.target = active
         state.standby_target = standby
         state.assignment_epoch = state.group_epoch
-        state.endpoint_information_epoch += 1
         log.info("Streams group %s: target assignment of epoch %d: %d task(s) over %d member(s)",
                  group_id, state.assignment_epoch, sum(tasks.values()), len(members))
 
@@ -357,7 +354,7 @@ class StreamsGroupCoordinator:
         self.host.cancel_timer(("streams-rebalance", group.group_id, member_id))
         state.group_epoch += 1
         if not state.members:
-            state.shutdown_requested = False
+            state.shutdown_requested = None
         log.info("Member %s of streams group %s is removed (%s); group epoch %d", member_id, group.group_id,
                  reason, state.group_epoch)
 

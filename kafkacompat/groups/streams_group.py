@@ -243,7 +243,7 @@ class StreamsGroupState(ConsumerGroupState):
         self.topology: StreamsTopology | None = None
         self.configured: ConfiguredTopology | None = None
         self.standby_target: dict[str, Assignment] = {}
-        self.shutdown_requested = False
+        self.shutdown_requested: str | None = None  # the member that asked the application to shut down
         self.endpoint_information_epoch = 0
 
     def __repr__(self) -> str:

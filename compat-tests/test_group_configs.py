@@ -78,6 +78,9 @@ def test_group_configs_are_described_with_the_broker_defaults_and_set_by_kafka_p
             "share.delivery.count.limit": ("5", DEFAULT_CONFIG),
             "share.auto.offset.reset": ("latest", DEFAULT_CONFIG),
             "share.isolation.level": ("read_uncommitted", DEFAULT_CONFIG),
+            "streams.session.timeout.ms": ("45000", DEFAULT_CONFIG),
+            "streams.heartbeat.interval.ms": ("5000", DEFAULT_CONFIG),
+            "streams.num.standby.replicas": ("0", DEFAULT_CONFIG),
         }
         result = admin.alter_configs([ConfigResource(ConfigResourceType.GROUP, group, configs={
             "share.auto.offset.reset": (AlterConfigOp.SET, "earliest"),

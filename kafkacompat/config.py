@@ -657,6 +657,13 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
     _broker("group.consumer.migration.policy", _STR, "bidirectional", MEDIUM,
             "Online migration between the classic and the consumer protocol: disabled, downgrade, upgrade or "
             "bidirectional.", one_of("disabled", "downgrade", "upgrade", "bidirectional")),
+    # KIP-1071 streams groups (StreamsGroupHeartbeat)
+    _broker("group.streams.heartbeat.interval.ms", _INT, "5000", MEDIUM,
+            "Heartbeat interval given to the members of streams groups.", at_least(1)),
+    _broker("group.streams.session.timeout.ms", _INT, "45000", MEDIUM,
+            "A streams group member is removed when it has not heartbeated for this long.", at_least(1)),
+    _broker("group.streams.num.standby.replicas", _INT, "0", MEDIUM,
+            "Standby replicas of each task of a streams group.", at_least(0)),
     _broker("offset.metadata.max.bytes", _INT, "4096", HIGH, "Max size of the metadata of an offset commit."),
     _broker("offsets.load.buffer.size", _INT, "5242880", HIGH, "Read batch size when loading offsets.", at_least(1)),
     _broker("offsets.topic.replication.factor", _SHORT, "3", HIGH, "Replication factor of __consumer_offsets.",

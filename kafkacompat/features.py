@@ -37,6 +37,8 @@ FEATURES: dict[str, Feature] = {
     # Produce v12 (partitions added by the leader's verification), EndTxn v5 (each commit or
     # abort bumps the epoch, which the answer carries) and TxnOffsetCommit v5 without
     # AddOffsetsToTxn. Clients that ignore it keep transaction version 1.
+    # KIP-1071 streams groups (StreamsGroupHeartbeat/Describe): finalized at 1 as on a new 4.2 cluster.
+    "streams.version": Feature("streams.version", 0, 1, 1),
     "transaction.version": Feature("transaction.version", 0, 2, 2),
 }
 

@@ -210,6 +210,8 @@ class ConsumerGroupCoordinator:
         """Kafka's getOrMaybeCreateConsumerGroup: an empty classic group becomes a consumer group
         when a member joins; a classic group with members is not a consumer group."""
         group = self.host.groups.get(group_id)
+        if group is not None and group.consumer is not None and group.type_name() != "consumer":
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
         if group is not None and group.consumer is not None:
             return group
         if group is None:
@@ -825,7 +827,7 @@ class ConsumerGroupCoordinator:
         group = self.host.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
-        if group.consumer is None:
+        if group.consumer is None or group.type_name() != "consumer":
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
         return ErrorCode.NONE, None, group.consumer
 

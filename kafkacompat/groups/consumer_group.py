@@ -142,6 +142,8 @@ class ConsumerGroupState:
     """The consumer-protocol side of a group (``Group.consumer``); its committed offsets stay in
     the Group, which both protocols share."""
 
+    group_type = "consumer"  # ListGroups' GroupType (a streams group's state is a subclass)
+
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
         self.group_epoch = 0

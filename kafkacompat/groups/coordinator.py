@@ -30,6 +30,7 @@ import trio
 
 from kafkacompat.groups.group_configs import GroupConfigs
 from kafkacompat.groups import consumer_records, storage
+from kafkacompat.groups.streams_coordinator import StreamsGroupCoordinator
 from kafkacompat.groups.consumer_coordinator import ConsumerGroupCoordinator
 from kafkacompat.groups.consumer_group import ConsumerGroupState
 from kafkacompat.groups.state import (
@@ -231,6 +232,8 @@ class GroupCoordinator:
 
         # KIP-848 consumer groups: ConsumerGroupHeartbeat / ConsumerGroupDescribe.
         self.consumer = ConsumerGroupCoordinator(self)
+        # KIP-1071 streams groups: StreamsGroupHeartbeat / StreamsGroupDescribe.
+        self.streams = StreamsGroupCoordinator(self)
 
     # ---- what the consumer protocol uses (consumer_coordinator.GroupsHost) ----------------------
 
@@ -632,6 +635,7 @@ class GroupCoordinator:
         self._timers.cancel(("join", group.group_id))
         self._timers.cancel(("sync", group.group_id))
         self.consumer.on_unloaded(group)
+        self.streams.on_unloaded(group)
         group.transition_to(DEAD, self.wall_clock())
 
     @staticmethod

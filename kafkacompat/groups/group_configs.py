@@ -34,6 +34,9 @@ SHARE_RECORD_LOCK_DURATION = "share.record.lock.duration.ms"
 SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_ISOLATION_LEVEL = "share.isolation.level"
+STREAMS_SESSION_TIMEOUT = "streams.session.timeout.ms"
+STREAMS_HEARTBEAT_INTERVAL = "streams.heartbeat.interval.ms"
+STREAMS_NUM_STANDBY_REPLICAS = "streams.num.standby.replicas"
 
 # key -> (the broker config it defaults to, or its fixed default; the least value of an INT key)
 INT_KEYS: Mapping[str, tuple[str, int]] = {
@@ -43,6 +46,9 @@ INT_KEYS: Mapping[str, tuple[str, int]] = {
     SHARE_HEARTBEAT_INTERVAL: ("group.share.heartbeat.interval.ms", 1),
     SHARE_RECORD_LOCK_DURATION: ("group.share.record.lock.duration.ms", 1000),
     SHARE_DELIVERY_COUNT_LIMIT: ("group.share.delivery.count.limit", 2),
+    STREAMS_SESSION_TIMEOUT: ("group.streams.session.timeout.ms", 1),
+    STREAMS_HEARTBEAT_INTERVAL: ("group.streams.heartbeat.interval.ms", 1),
+    STREAMS_NUM_STANDBY_REPLICAS: ("group.streams.num.standby.replicas", 0),
 }
 # key -> (default, the values allowed; share.auto.offset.reset also takes by_duration:<ISO 8601>)
 STRING_KEYS: Mapping[str, tuple[str, tuple[str, ...]]] = {
@@ -64,6 +70,9 @@ DOCS: Mapping[str, str] = {
     SHARE_DELIVERY_COUNT_LIMIT: "The maximum number of delivery attempts for a record delivered to a share group.",
     SHARE_AUTO_OFFSET_RESET: "The strategy to initialize the share-partition start offset.",
     SHARE_ISOLATION_LEVEL: "Controls how to read records written transactionally.",
+    STREAMS_SESSION_TIMEOUT: "The timeout to detect client failures when using the streams group protocol.",
+    STREAMS_HEARTBEAT_INTERVAL: "The heartbeat interval given to the members of a streams group.",
+    STREAMS_NUM_STANDBY_REPLICAS: "The number of standby replicas for each task of a streams group.",
 }
 # (key, broker config of its bound) pairs: low bounds, then high bounds
 BOUNDS = (
@@ -155,6 +164,8 @@ def validate(config: "BrokerConfig", props: Mapping[str, str]) -> dict[str, str]
         raise _invalid(f"{CONSUMER_SESSION_TIMEOUT} must be greater than {CONSUMER_HEARTBEAT_INTERVAL}")
     if values[SHARE_SESSION_TIMEOUT] <= values[SHARE_HEARTBEAT_INTERVAL]:
         raise _invalid(f"{SHARE_SESSION_TIMEOUT} must be greater than {SHARE_HEARTBEAT_INTERVAL}")
+    if values[STREAMS_SESSION_TIMEOUT] <= values[STREAMS_HEARTBEAT_INTERVAL]:
+        raise _invalid(f"{STREAMS_SESSION_TIMEOUT} must be greater than {STREAMS_HEARTBEAT_INTERVAL}")
     return dict(props)
 
 
@@ -170,6 +181,9 @@ class GroupSettings:
     share_delivery_count_limit: int
     share_auto_offset_reset: str
     share_isolation_level: str
+    streams_session_timeout_ms: int = 45000
+    streams_heartbeat_interval_ms: int = 5000
+    streams_num_standby_replicas: int = 0
 
 
 class GroupConfigs:
@@ -191,7 +205,8 @@ class GroupConfigs:
                              number(SHARE_SESSION_TIMEOUT), number(SHARE_HEARTBEAT_INTERVAL),
                              number(SHARE_RECORD_LOCK_DURATION), number(SHARE_DELIVERY_COUNT_LIMIT),
                              merged[SHARE_AUTO_OFFSET_RESET],
-                             merged[SHARE_ISOLATION_LEVEL])
+                             merged[SHARE_ISOLATION_LEVEL], number(STREAMS_SESSION_TIMEOUT),
+                             number(STREAMS_HEARTBEAT_INTERVAL), number(STREAMS_NUM_STANDBY_REPLICAS))
 
     def set_overrides(self, stored: Mapping[str, Mapping[str, str]]) -> None:
         overrides = {group: {k: v for k, v in props.items() if k in NAMES} for group, props in stored.items()}

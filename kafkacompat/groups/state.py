@@ -202,7 +202,7 @@ class Group:
 
     def type_name(self) -> str:
         """ListGroups' GroupType."""
-        return "consumer" if self.consumer is not None else "classic"
+        return self.consumer.group_type if self.consumer is not None else "classic"
 
     def state_name(self) -> str:
         return self.consumer.state_name() if self.consumer is not None else self.state.value

@@ -268,7 +268,8 @@ async def handle_list_groups(request, ctx: RequestContext):
     # Without DESCRIBE on the cluster, only the groups the client may DESCRIBE are listed.
     everything = ctx.authorize_cluster(AclOperation.DESCRIBE, log_denied=False)
     groups = [
-        listed_cls(group_id=g.group_id, protocol_type="consumer" if g.consumer is not None else g.protocol_type or "",
+        listed_cls(group_id=g.group_id,
+                   protocol_type=g.type_name() if g.consumer is not None else g.protocol_type or "",
                    group_state=g.state_name(), group_type=g.type_name())
         for g in coordinator(ctx).list_groups(states, types)
         if everything or ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id, log_denied=False)

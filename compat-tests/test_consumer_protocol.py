@@ -352,6 +352,37 @@ def join(broker, group: str, member_id: str, **extra) -> ConsumerGroupHeartbeatR
     return heartbeat(broker, **fields)
 
 
+def test_a_member_that_heartbeats_but_never_revokes_is_removed_after_its_rebalance_timeout(broker, admin):
+    """The rebalance timeout starts when a member is asked to revoke and is not pushed back by its
+    heartbeats (Kafka arms it when reconciliation moves the member, not on every heartbeat): a
+    member that keeps heartbeating while still claiming what it was asked to give up is fenced."""
+    from kafkacompat.wire.messages.consumer_group_heartbeat_request import TopicPartitions
+
+    topic, group = unique("norevoke"), unique("g")
+    create_topic(admin, topic, 2)
+    first = join(broker, group, "m1", rebalance_timeout_ms=3000, subscribed_topic_names=[topic])
+    for _ in range(40):  # until m1 holds both partitions (the topic id reaches the assignment)
+        if first.assignment is not None and sum(len(t.partitions) for t in first.assignment.topic_partitions) == 2:
+            break
+        time.sleep(0.25)
+        first = heartbeat(broker, group_id=group, member_id="m1", member_epoch=first.member_epoch)
+    (owned,) = first.assignment.topic_partitions
+    held = [TopicPartitions(owned.topic_id, sorted(owned.partitions))]
+    epoch = first.member_epoch
+    second = join(broker, group, "m2", subscribed_topic_names=[topic])
+    assert second.error_code == ErrorCode.NONE
+    started = time.monotonic()
+    answer = None
+    while time.monotonic() - started < 20:
+        answer = heartbeat(broker, group_id=group, member_id="m1", member_epoch=epoch, topic_partitions=held)
+        if answer.error_code != ErrorCode.NONE:
+            break
+        epoch = answer.member_epoch
+        time.sleep(0.4)  # well inside the 3 s rebalance timeout: each heartbeat used to re-arm it
+    assert answer.error_code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.FENCED_MEMBER_EPOCH), answer
+    assert time.monotonic() - started >= 2.5  # not before its rebalance timeout
+
+
 def test_bad_heartbeats_get_kafkas_errors(broker):
     group = unique("raw")
     assert heartbeat(broker, group_id=group, member_id="", member_epoch=0).error_code == ErrorCode.INVALID_REQUEST

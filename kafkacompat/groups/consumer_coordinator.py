@@ -461,11 +461,12 @@ class ConsumerGroupCoordinator:
         if state.group_epoch > state.assignment_epoch:
             self._update_target_assignment(group.group_id, state, records)
         reconciled = state.reconcile(state.members[updated.member_id], req.owned)
-        if reconciled != state.members[updated.member_id]:
+        moved = reconciled != state.members[updated.member_id]
+        if moved:
             state.put_member(reconciled)
             records.append(consumer_records.current_assignment(group.group_id, reconciled))
         self._append(group, records)
-        self._after_heartbeat(group, reconciled)
+        self._after_heartbeat(group, reconciled, moved)
         full_request = req.member_epoch == 0 or (
             req.rebalance_timeout_ms != -1 and req.subscribed_topic_names is not None and req.owned is not None)
         send_assignment = full_request or reconciled.assigned != member.assigned
@@ -475,11 +476,15 @@ class ConsumerGroupCoordinator:
             assignment=dict(reconciled.assigned) if send_assignment else None,
         )
 
-    def _after_heartbeat(self, group: Group, member: ConsumerMember) -> None:
-        """Register a new group, then (re)arm the member's session timeout and, while it has
-        partitions to revoke, its rebalance timeout."""
+    def _after_heartbeat(self, group: Group, member: ConsumerMember, moved: bool) -> None:
+        """Register a new group, then re-arm the member's session timeout. Its rebalance timeout
+        is armed when reconciliation leaves it partitions to revoke and cancelled when it moves on
+        (as Kafka's maybeReconcile): heartbeats in between do not push the deadline back, so a
+        member that keeps heartbeating without revoking is still removed."""
         self.host.groups.setdefault(group.group_id, group)
         self._schedule_session_timeout(group.group_id, member.member_id)
+        if not moved:
+            return
         if member.state == MemberState.UNREVOKED_PARTITIONS:
             self._schedule_rebalance_timeout(group.group_id, member)
         else:

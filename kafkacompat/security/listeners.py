@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from kafkacompat.config import StartupError
 from kafkacompat.security.authenticator import SaslSettings
 from kafkacompat.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
-from kafkacompat.security.mechanisms import OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS, CredentialLookup
+from kafkacompat.security.mechanisms import GSSAPI, OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS, CredentialLookup
 from kafkacompat.security.principal_mapping import PrincipalMapper
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig, ServedListener
+    from kafkacompat.security.gssapi_server import KerberosService
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -82,9 +83,39 @@ def _sasl_settings(config: "BrokerConfig", listener: "ServedListener",
     if OAUTHBEARER in mechanisms:
         module = _login_module(config, name, OAUTHBEARER)
         settings.oauth_options = dict(module.options) if module is not None else {}
+    if GSSAPI in mechanisms:
+        settings.kerberos = _kerberos_service(config, name)
     if any(m in SCRAM_MECHANISMS for m in mechanisms) and scram_lookup is None:
         raise StartupError(f"Listener {name} offers SCRAM but this broker has no credential store")
     return settings
+
+
+def _kerberos_service(config: "BrokerConfig", listener: str) -> "KerberosService":
+    """The service principal and keytab of the listener's Krb5LoginModule JAAS entry, as Kafka's
+    broker logs in with them (useKeyTab=true storeKey=true keyTab="..." principal="...")."""
+    from kafkacompat.security.gssapi_server import KRB5_LOGIN_MODULE, GssapiUnavailable, KerberosService
+
+    jaas_key = f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config"
+    module = _login_module(config, listener, GSSAPI)
+    if module is None or "principal" not in module.options:
+        raise StartupError(f"Listener {listener} offers GSSAPI but has no Kerberos principal: set {jaas_key} (or "
+                           f'sasl.jaas.config) to {KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true '
+                           'keyTab="/path/kafka.keytab" principal="kafka/<host>@<REALM>";')
+    if module.class_name != KRB5_LOGIN_MODULE:
+        log.warning("Listener %s: GSSAPI login module %s is read as %s", listener, module.class_name, KRB5_LOGIN_MODULE)
+    principal, keytab = module.options["principal"], module.options.get("keyTab")
+    service_name = config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)
+    primary = principal.split("/", 1)[0].split("@", 1)[0]
+    if service_name and service_name != primary:
+        raise StartupError(f"Listener {listener}: sasl.kerberos.service.name is {service_name} but the GSSAPI "
+                           f"principal {principal} ({jaas_key}) has the service name {primary}")
+    try:
+        return KerberosService.load(principal, keytab, config.listener_value(
+            listener, "sasl.kerberos.principal.to.local.rules", GSSAPI))
+    except GssapiUnavailable as exc:
+        raise StartupError(f"Listener {listener}: {exc}") from None
+    except ValueError as exc:
+        raise StartupError(f"Listener {listener} (GSSAPI, principal {principal}): {exc}") from None
 
 
 def _login_module(config: "BrokerConfig", listener: str, mechanism: str) -> LoginModule | None:

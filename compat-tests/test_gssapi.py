@@ -1,0 +1,257 @@
+"""SASL GSSAPI (Kerberos) against a real MIT KDC on loopback (k5test builds a throwaway realm
+with Debian's krb5-kdc) and one broker process: kafka-python (python-gssapi) and kcat
+(librdkafka with Cyrus SASL's GSSAPI plugin) produce and consume; a hand-written client with
+python-gssapi drives the SaslAuthenticate and v0 raw-token exchanges, re-authentication and
+the failures; the principal is User:<short name> for the ACLs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+gssapi = pytest.importorskip("gssapi")
+k5test = pytest.importorskip("k5test")
+
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports  # noqa: E402
+
+pytest.register_assert_rewrite("clients")
+from clients import first_produce_error  # noqa: E402
+from test_security import Raw, _frame, _header  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("krb5kdc") is None and not Path("/usr/sbin/krb5kdc").exists(),
+                                reason="needs Debian's krb5-kdc (scripts/test.sh installs it)")
+
+HOST = "127.0.0.1"
+SERVICE = "kafka"
+SASL_AUTHENTICATION_FAILED = 58
+TOPIC_AUTHORIZATION_FAILED = 29
+TIMEOUT = 20
+
+
+class Kerberized:
+    def __init__(self, realm, broker: BrokerProcess, sasl_port: int, reauth_port: int, bob_ccache: str) -> None:
+        self.realm, self.broker, self.sasl_port, self.reauth_port, self.bob_ccache = (
+            realm, broker, sasl_port, reauth_port, bob_ccache)
+
+    @property
+    def sasl_address(self) -> str:
+        return f"{HOST}:{self.sasl_port}"
+
+
+@pytest.fixture(scope="module")
+def kerberized(tmp_path_factory):
+    base = tmp_path_factory.mktemp("gssapi")
+    kdc_port, sasl_port, reauth_port, broker_port = distinct_free_ports(4)
+    # k5test's realm KRBTEST.COM; the KDC on loopback, host names taken as given (no DNS)
+    realm = k5test.K5Realm(portbase=kdc_port, create_host=False, krb5_conf={
+        "libdefaults": {"rdns": "false", "dns_canonicalize_hostname": "false", "udp_preference_limit": "1"},
+        "realms": {"$realm": {"kdc": f"{HOST}:$port0"}},
+    })
+    saved = {key: os.environ.get(key) for key in realm.env}
+    os.environ.update(realm.env)   # the clients (and the broker process) read krb5.conf and the ccache from here
+    keytab = str(base / "kafka.keytab")
+    service_principal = f"{SERVICE}/{HOST}@{realm.realm}"
+    realm.addprinc(service_principal)
+    realm.extract_keytab(service_principal, keytab)
+    realm.addprinc(f"other/{HOST}@{realm.realm}")   # a service the broker has no key for
+    realm.addprinc(f"bob@{realm.realm}", "bob-password")
+    bob_ccache = str(base / "bob.ccache")
+    realm.kinit(f"bob@{realm.realm}", "bob-password", env=dict(realm.env, KRB5CCNAME=bob_ccache))
+    jaas = (f'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
+            f'keyTab="{keytab}" principal="{service_principal}";')
+    properties = base / "server.properties"
+    properties.write_text("\n".join([
+        f"listeners=PLAINTEXT://{HOST}:0,SASL_PLAINTEXT://{HOST}:{sasl_port},REAUTH://{HOST}:{reauth_port}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms=GSSAPI",
+        f"sasl.kerberos.service.name={SERVICE}",
+        f"listener.name.sasl_plaintext.gssapi.sasl.jaas.config={jaas}",
+        f"sasl.jaas.config={jaas}",
+        # bob@KRBTEST.COM is User:robert, everyone else in the realm their first component
+        rf"sasl.kerberos.principal.to.local.rules=RULE:[1:$1@$0](bob@KRBTEST\.COM)s/.*/robert/,DEFAULT",
+        "listener.name.reauth.gssapi.connections.max.reauth.ms=1000",
+        "authorizer.class.name=kafka.security.authorizer.AclAuthorizer",
+        "super.users=User:ANONYMOUS;User:user",
+        "allow.everyone.if.no.acl.found=false",
+        "group.initial.rebalance.delay.ms=0",
+        "connection.failed.authentication.delay.ms=50",
+    ]) + "\n")
+    broker = BrokerProcess(base / "data", port=broker_port, extra_args=["--config", str(properties)]).start()
+    yield Kerberized(realm, broker, sasl_port, reauth_port, bob_ccache)
+    broker.kill()
+    realm.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _topic(name: str) -> str:
+    return f"krb-{name}-{time.monotonic_ns() % 10**9}"
+
+
+def test_kafka_python_produces_and_consumes(kerberized):
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = _topic("kafka-python")
+    conf = {"bootstrap_servers": kerberized.sasl_address, "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": SERVICE}
+    producer = KafkaProducer(**conf)
+    producer.send(topic, b"kerberos").get(TIMEOUT)
+    producer.close()
+    consumer = KafkaConsumer(**conf)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek(TopicPartition(topic, 0), 0)
+    records: list = []
+    deadline = time.monotonic() + TIMEOUT
+    while not records and time.monotonic() < deadline:
+        records = [r.value for batch in consumer.poll(timeout_ms=1000).values() for r in batch]
+    consumer.close()
+    assert records == [b"kerberos"]
+    kerberized.broker.wait_for_output("as User:user with SASL mechanism GSSAPI")
+
+
+def _kcat(kerberized, *args: str, ccache: str | None = None, service: str = SERVICE, **kwargs):
+    env = dict(os.environ, KRB5CCNAME=ccache or kerberized.realm.env["KRB5CCNAME"])
+    return subprocess.run(["kcat", "-b", kerberized.sasl_address, "-X", "security.protocol=SASL_PLAINTEXT",
+                           "-X", "sasl.mechanisms=GSSAPI", "-X", f"sasl.kerberos.service.name={service}",
+                           "-X", "sasl.kerberos.min.time.before.relogin=0", *args],
+                          env=env, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def _kcat_has_gssapi() -> bool:
+    listed = subprocess.run(["kcat", "-X", "list"], capture_output=True, text=True).stdout
+    return any(line.startswith("builtin.features") and "sasl_gssapi" in line for line in listed.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="needs Debian's kcat")
+def test_kcat_produces_and_consumes(kerberized):
+    assert _kcat_has_gssapi()
+    topic = _topic("kcat")
+    done = _kcat(kerberized, "-P", "-t", topic, "-p", "0", input="from kcat\n")
+    assert done.returncode == 0, done.stderr
+    out = _kcat(kerberized, "-C", "-t", topic, "-p", "0", "-e", "-o", "beginning")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == "from kcat"
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="needs Debian's kcat")
+def test_an_acl_on_the_short_name_is_enforced(kerberized):
+    from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic
+    from confluent_kafka.admin import ResourcePatternType, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": kerberized.broker.bootstrap})
+    topic = _topic("acl")
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=TIMEOUT)
+    # bob (User:robert through the RULE) has no ACL yet
+    refused = _kcat(kerberized, "-P", "-t", topic, "-p", "0", ccache=kerberized.bob_ccache, input="bob\n")
+    assert refused.returncode != 0 and "authoriz" in refused.stderr.lower(), refused.stderr
+    binding = AclBinding(ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:robert", "*",
+                         AclOperation.WRITE, AclPermissionType.ALLOW)
+    for future in admin.create_acls([binding]).values():
+        future.result(timeout=TIMEOUT)
+    allowed = _kcat(kerberized, "-P", "-t", topic, "-p", "0", ccache=kerberized.bob_ccache, input="bob\n")
+    assert allowed.returncode == 0, allowed.stderr
+    kerberized.broker.wait_for_output("as User:robert with SASL mechanism GSSAPI")
+    # a PLAINTEXT client is User:ANONYMOUS, here a super user
+    assert first_produce_error({"bootstrap.servers": kerberized.broker.bootstrap}, topic) is None
+
+
+# -- a client written by hand with python-gssapi --------------------------------------------------
+
+class GssClient:
+    """RFC 4752's client side: context tokens, then the security-layer reply."""
+
+    def __init__(self, service: str = SERVICE, ccache: str | None = None) -> None:
+        name = gssapi.Name(f"{service}@{HOST}", gssapi.NameType.hostbased_service)
+        store = {"ccache": ccache} if ccache else None
+        creds = gssapi.Credentials(usage="initiate", store=store) if store else None
+        self.context = gssapi.SecurityContext(name=name, usage="initiate", creds=creds,
+                                              flags=gssapi.RequirementFlag.mutual_authentication)
+        self.done = False
+
+    def first(self) -> bytes:
+        return self.context.step()
+
+    def answer(self, token: bytes) -> bytes:
+        if not self.context.complete:
+            return self.context.step(token) or b""
+        offer = self.context.unwrap(token).message
+        assert offer[0] & 1, offer   # "no security layer" is offered
+        self.done = True
+        return self.context.wrap(b"\x01" + offer[1:4], False).message
+
+
+def _authenticate(raw: Raw, client: GssClient) -> tuple[int, str | None, int]:
+    """SaslAuthenticate v1 rounds until the exchange ends: (error, message, session lifetime)."""
+    token = client.first()
+    while True:
+        error, message, response, lifetime = raw.authenticate(token)
+        if error or client.done:
+            return error, message, lifetime
+        token = client.answer(response)
+
+
+def test_sasl_authenticate_and_reauthentication(kerberized):
+    raw = Raw(f"{HOST}:{kerberized.reauth_port}")
+    assert raw.handshake("GSSAPI")[0] == 0
+    assert _authenticate(raw, GssClient()) == (0, None, 1000)
+    time.sleep(1.1)   # the session runs out: re-authenticating keeps the connection
+    assert raw.handshake("GSSAPI")[0] == 0
+    assert _authenticate(raw, GssClient())[0] == 0
+    assert raw.metadata()[:4] == struct.pack(">i", 1)
+    # a re-authentication may not change the principal
+    assert raw.handshake("GSSAPI")[0] == 0
+    error, message, _ = _authenticate(raw, GssClient(ccache=kerberized.bob_ccache))
+    assert error == SASL_AUTHENTICATION_FAILED
+    assert message == "Cannot change principals during re-authentication from User:user: User:robert"
+
+
+def test_v0_handshake_then_raw_tokens(kerberized):
+    raw = Raw(kerberized.sasl_address)
+    assert raw.handshake("GSSAPI", version=0)[0] == 0
+    client = GssClient()
+    token = client.first()
+    while not client.done:
+        raw.sock.sendall(_frame(token))
+        token = client.answer(raw.receive())
+    raw.sock.sendall(_frame(token))
+    assert raw.receive() == b""
+    assert raw.metadata()[:4] == struct.pack(">i", 1)
+
+
+def test_a_ticket_for_another_service_is_refused(kerberized):
+    raw = Raw(kerberized.sasl_address)
+    assert raw.handshake("GSSAPI")[0] == 0
+    error, message, _ = _authenticate(raw, GssClient(service="other"))
+    assert error == SASL_AUTHENTICATION_FAILED
+    assert message.startswith("Authentication failed during authentication due to invalid credentials with "
+                              "SASL mechanism GSSAPI: ")
+    assert "sasl.kerberos.service.name" in message
+    assert raw.closed()
+    kerberized.broker.wait_for_output("Failed authentication of")
+
+
+def test_a_garbage_token_is_refused(kerberized):
+    raw = Raw(kerberized.sasl_address)
+    assert raw.handshake("GSSAPI")[0] == 0
+    error, message, _, _ = raw.authenticate(b"\x60\x03not a kerberos token")
+    assert error == SASL_AUTHENTICATION_FAILED and "GSSAPI" in message
+    assert raw.closed()
+
+
+def test_kafka_python_with_the_wrong_service_name_fails(kerberized):
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    with pytest.raises((KafkaError, Exception)):
+        KafkaProducer(bootstrap_servers=kerberized.sasl_address, security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="GSSAPI", sasl_kerberos_service_name="other", max_block_ms=5000,
+                      api_version_auto_timeout_ms=5000).send("x", b"x").get(10)

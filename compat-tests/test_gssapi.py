@@ -304,3 +304,31 @@ def test_without_python_gssapi_the_broker_says_what_to_install(kerberized, tmp_p
     assert done.returncode != 0
     assert "pip install 'kafkacompat[gssapi]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_aiokafka_produces_and_consumes(kerberized):
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+    topic = _topic("aiokafka")
+    conf = {"bootstrap_servers": kerberized.sasl_address, "security_protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": SERVICE}
+
+    async def roundtrip() -> list[bytes]:
+        producer = AIOKafkaProducer(**conf)
+        await producer.start()
+        try:
+            await producer.send_and_wait(topic, b"from aiokafka")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(**conf, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([TopicPartition(topic, 0)])
+            batches = await consumer.getmany(timeout_ms=TIMEOUT * 1000, max_records=1)
+        finally:
+            await consumer.stop()
+        return [record.value for records in batches.values() for record in records]
+
+    assert asyncio.run(asyncio.wait_for(roundtrip(), 60)) == [b"from aiokafka"]

@@ -332,3 +332,31 @@ def test_aiokafka_produces_and_consumes(kerberized):
         return [record.value for records in batches.values() for record in records]
 
     assert asyncio.run(asyncio.wait_for(roundtrip(), 60)) == [b"from aiokafka"]
+
+
+def test_kafka_python_reauthenticates_before_its_session_runs_out(kerberized):
+    """connections.max.reauth.ms=1000 on the REAUTH listener: kafka-python re-authenticates (KIP-368)
+    on the connection it has; a client that did not would be closed and connect anew."""
+    import re
+
+    from kafka import KafkaProducer
+
+    client_id = f"krb-reauth-{time.monotonic_ns() % 10**6}"
+    topic = _topic("reauth")
+    producer = KafkaProducer(bootstrap_servers=f"{HOST}:{kerberized.reauth_port}", security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="GSSAPI", sasl_kerberos_service_name=SERVICE, client_id=client_id)
+    try:
+        producer.send(topic, b"before").get(TIMEOUT)
+
+        def connections() -> set[str]:
+            return set(re.findall(rf"Authenticated connection (\d+) from \S+ \(client id '{client_id}'\)",
+                                  kerberized.broker.output()))
+
+        first = connections()
+        for i in range(4):   # four session lifetimes, a record in each
+            time.sleep(1)
+            producer.send(topic, f"during {i}".encode()).get(TIMEOUT)
+        assert connections() == first
+        assert not re.search(rf"client id '{client_id}'\): its SASL session expired", kerberized.broker.output())
+    finally:
+        producer.close()

@@ -18,6 +18,7 @@ import pytest
 gssapi = pytest.importorskip("gssapi")
 k5test = pytest.importorskip("k5test")
 
+from kafkacompat.testing.certs import CertificateAuthority  # noqa: E402
 from kafkacompat.testing.process import BrokerProcess, distinct_free_ports  # noqa: E402
 
 pytest.register_assert_rewrite("clients")
@@ -35,9 +36,9 @@ TIMEOUT = 20
 
 
 class Kerberized:
-    def __init__(self, realm, broker: BrokerProcess, sasl_port: int, reauth_port: int, bob_ccache: str) -> None:
-        self.realm, self.broker, self.sasl_port, self.reauth_port, self.bob_ccache = (
-            realm, broker, sasl_port, reauth_port, bob_ccache)
+    def __init__(self, realm, broker: BrokerProcess, ports: dict[str, int], bob_ccache: str, ca: Path) -> None:
+        self.realm, self.broker, self.bob_ccache, self.ca = realm, broker, bob_ccache, ca
+        self.sasl_port, self.reauth_port, self.ssl_port = ports["SASL_PLAINTEXT"], ports["REAUTH"], ports["SASL_SSL"]
 
     @property
     def sasl_address(self) -> str:
@@ -47,7 +48,9 @@ class Kerberized:
 @pytest.fixture(scope="module")
 def kerberized(tmp_path_factory):
     base = tmp_path_factory.mktemp("gssapi")
-    kdc_port, sasl_port, reauth_port, broker_port = distinct_free_ports(4)
+    kdc_port, sasl_port, reauth_port, ssl_port, broker_port = distinct_free_ports(5)
+    authority = CertificateAuthority(base / "certs")
+    server = authority.issue("server", f"/CN={HOST}", server=True)
     # k5test's realm KRBTEST.COM; the KDC on loopback, host names taken as given (no DNS)
     realm = k5test.K5Realm(portbase=kdc_port, create_host=False, krb5_conf={
         "libdefaults": {"rdns": "false", "dns_canonicalize_hostname": "false", "udp_preference_limit": "1"},
@@ -67,8 +70,14 @@ def kerberized(tmp_path_factory):
             f'keyTab="{keytab}" principal="{service_principal}";')
     properties = base / "server.properties"
     properties.write_text("\n".join([
-        f"listeners=PLAINTEXT://{HOST}:0,SASL_PLAINTEXT://{HOST}:{sasl_port},REAUTH://{HOST}:{reauth_port}",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT",
+        f"listeners=PLAINTEXT://{HOST}:0,SASL_PLAINTEXT://{HOST}:{sasl_port},REAUTH://{HOST}:{reauth_port},"
+        f"SASL_SSL://{HOST}:{ssl_port}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,REAUTH:SASL_PLAINTEXT,"
+        "SASL_SSL:SASL_SSL",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={server.keystore()}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={authority.cert}",
         "sasl.enabled.mechanisms=GSSAPI",
         f"sasl.kerberos.service.name={SERVICE}",
         f"listener.name.sasl_plaintext.gssapi.sasl.jaas.config={jaas}",
@@ -83,7 +92,8 @@ def kerberized(tmp_path_factory):
         "connection.failed.authentication.delay.ms=50",
     ]) + "\n")
     broker = BrokerProcess(base / "data", port=broker_port, extra_args=["--config", str(properties)]).start()
-    yield Kerberized(realm, broker, sasl_port, reauth_port, bob_ccache)
+    ports = {"SASL_PLAINTEXT": sasl_port, "REAUTH": reauth_port, "SASL_SSL": ssl_port}
+    yield Kerberized(realm, broker, ports, bob_ccache, authority.cert)
     broker.kill()
     realm.stop()
     for key, value in saved.items():
@@ -97,12 +107,16 @@ def _topic(name: str) -> str:
     return f"krb-{name}-{time.monotonic_ns() % 10**9}"
 
 
-def test_kafka_python_produces_and_consumes(kerberized):
+@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
+def test_kafka_python_produces_and_consumes(kerberized, protocol):
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
     topic = _topic("kafka-python")
-    conf = {"bootstrap_servers": kerberized.sasl_address, "security_protocol": "SASL_PLAINTEXT",
+    port = kerberized.ssl_port if protocol == "SASL_SSL" else kerberized.sasl_port
+    conf = {"bootstrap_servers": f"{HOST}:{port}", "security_protocol": protocol,
             "sasl_mechanism": "GSSAPI", "sasl_kerberos_service_name": SERVICE}
+    if protocol == "SASL_SSL":
+        conf["ssl_cafile"] = str(kerberized.ca)
     producer = KafkaProducer(**conf)
     producer.send(topic, b"kerberos").get(TIMEOUT)
     producer.close()
@@ -118,9 +132,12 @@ def test_kafka_python_produces_and_consumes(kerberized):
     kerberized.broker.wait_for_output("as User:user with SASL mechanism GSSAPI")
 
 
-def _kcat(kerberized, *args: str, ccache: str | None = None, service: str = SERVICE, **kwargs):
+def _kcat(kerberized, *args: str, ccache: str | None = None, service: str = SERVICE, tls: bool = False, **kwargs):
     env = dict(os.environ, KRB5CCNAME=ccache or kerberized.realm.env["KRB5CCNAME"])
-    return subprocess.run(["kcat", "-b", kerberized.sasl_address, "-X", "security.protocol=SASL_PLAINTEXT",
+    where = (["-b", f"{HOST}:{kerberized.ssl_port}", "-X", "security.protocol=SASL_SSL", "-X",
+              f"ssl.ca.location={kerberized.ca}"] if tls
+             else ["-b", kerberized.sasl_address, "-X", "security.protocol=SASL_PLAINTEXT"])
+    return subprocess.run(["kcat", *where,
                            "-X", "sasl.mechanisms=GSSAPI", "-X", f"sasl.kerberos.service.name={service}",
                            "-X", "sasl.kerberos.min.time.before.relogin=0", *args],
                           env=env, capture_output=True, text=True, timeout=60, **kwargs)
@@ -132,12 +149,13 @@ def _kcat_has_gssapi() -> bool:
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="needs Debian's kcat")
-def test_kcat_produces_and_consumes(kerberized):
+@pytest.mark.parametrize("tls", [False, True], ids=["SASL_PLAINTEXT", "SASL_SSL"])
+def test_kcat_produces_and_consumes(kerberized, tls):
     assert _kcat_has_gssapi()
     topic = _topic("kcat")
-    done = _kcat(kerberized, "-P", "-t", topic, "-p", "0", input="from kcat\n")
+    done = _kcat(kerberized, "-P", "-t", topic, "-p", "0", input="from kcat\n", tls=tls)
     assert done.returncode == 0, done.stderr
-    out = _kcat(kerberized, "-C", "-t", topic, "-p", "0", "-e", "-o", "beginning")
+    out = _kcat(kerberized, "-C", "-t", topic, "-p", "0", "-e", "-o", "beginning", tls=tls)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[0] == "from kcat"
 

@@ -56,8 +56,19 @@ def kerberized(tmp_path_factory):
         "libdefaults": {"rdns": "false", "dns_canonicalize_hostname": "false", "udp_preference_limit": "1"},
         "realms": {"$realm": {"kdc": f"{HOST}:$port0"}},
     })
-    saved = {key: os.environ.get(key) for key in realm.env}
-    os.environ.update(realm.env)   # the clients (and the broker process) read krb5.conf and the ccache from here
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in realm.env.items():   # the clients and the broker read krb5.conf and the ccache
+                env.setenv(key, value)
+            ports = {"SASL_PLAINTEXT": sasl_port, "REAUTH": reauth_port, "SASL_SSL": ssl_port}
+            yield from _kerberized_broker(base, realm, authority, server, ports, broker_port)
+    finally:
+        realm.stop()
+
+
+def _kerberized_broker(base: Path, realm, authority: CertificateAuthority, server, ports: dict[str, int],
+                       broker_port: int):
+    sasl_port, reauth_port, ssl_port = ports["SASL_PLAINTEXT"], ports["REAUTH"], ports["SASL_SSL"]
     keytab = str(base / "kafka.keytab")
     service_principal = f"{SERVICE}/{HOST}@{realm.realm}"
     realm.addprinc(service_principal)
@@ -92,15 +103,10 @@ def kerberized(tmp_path_factory):
         "connection.failed.authentication.delay.ms=50",
     ]) + "\n")
     broker = BrokerProcess(base / "data", port=broker_port, extra_args=["--config", str(properties)]).start()
-    ports = {"SASL_PLAINTEXT": sasl_port, "REAUTH": reauth_port, "SASL_SSL": ssl_port}
-    yield Kerberized(realm, broker, ports, bob_ccache, authority.cert)
-    broker.kill()
-    realm.stop()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    try:
+        yield Kerberized(realm, broker, ports, bob_ccache, authority.cert)
+    finally:
+        broker.kill()
 
 
 def _topic(name: str) -> str:

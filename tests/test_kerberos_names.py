@@ -57,3 +57,12 @@ def test_substitution_without_g_replaces_the_first_match_and_java_groups_work():
 def test_invalid_rules_are_refused(rule):
     with pytest.raises(ValueError, match="Invalid rule"):
         KerberosShortNamer([rule], REALM)
+
+
+def test_gss_failures_get_a_hint_for_what_to_fix():
+    from kafkacompat.security.gssapi_server import _explain
+
+    assert "clocks differ" in _explain("Clock skew too great")
+    assert "sasl.kerberos.service.name" in _explain("The ticket isn't for us")
+    assert "sasl.kerberos.service.name" in _explain("Wrong principal in request")
+    assert _explain("Invalid token was supplied") == "Invalid token was supplied"

@@ -421,7 +421,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "SASL mechanism the inter-broker client uses."),
     _broker("sasl.jaas.config", _PASSWORD, None, MEDIUM,
             "JAAS login context: PlainLoginModule user_<name>=\"<password>\" entries, the inter-broker "
-            "client's username/password."),
+            "client's username/password, Krb5LoginModule's keyTab and principal for GSSAPI."),
     _broker("sasl.kerberos.service.name", _STR, None, MEDIUM,
             "The Kerberos service name (primary) of the broker's principal, e.g. kafka."),
     _broker("sasl.kerberos.principal.to.local.rules", _LIST, "DEFAULT", MEDIUM,

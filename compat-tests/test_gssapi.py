@@ -6,6 +6,7 @@ the failures; the principal is User:<short name> for the ACLs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
@@ -51,34 +52,52 @@ def kerberized(tmp_path_factory):
     kdc_port, sasl_port, reauth_port, ssl_port, broker_port = distinct_free_ports(5)
     authority = CertificateAuthority(base / "certs")
     server = authority.issue("server", f"/CN={HOST}", server=True)
-    # k5test's realm KRBTEST.COM; the KDC on loopback, host names taken as given (no DNS)
+    with realm_on_loopback(kdc_port) as realm:
+        ports = {"SASL_PLAINTEXT": sasl_port, "REAUTH": reauth_port, "SASL_SSL": ssl_port}
+        yield from _kerberized_broker(base, realm, authority, server, ports, broker_port)
+
+
+@contextlib.contextmanager
+def realm_on_loopback(kdc_port: int):
+    """k5test's realm KRBTEST.COM (user@KRBTEST.COM kinit'ed), its KDC on loopback, host names
+    taken as given (no DNS); its KRB5_CONFIG, KRB5CCNAME... in the environment of the clients
+    and the brokers started meanwhile."""
     realm = k5test.K5Realm(portbase=kdc_port, create_host=False, krb5_conf={
         "libdefaults": {"rdns": "false", "dns_canonicalize_hostname": "false", "udp_preference_limit": "1"},
         "realms": {"$realm": {"kdc": f"{HOST}:$port0"}},
     })
     try:
         with pytest.MonkeyPatch.context() as env:
-            for key, value in realm.env.items():   # the clients and the broker read krb5.conf and the ccache
+            for key, value in realm.env.items():
                 env.setenv(key, value)
-            ports = {"SASL_PLAINTEXT": sasl_port, "REAUTH": reauth_port, "SASL_SSL": ssl_port}
-            yield from _kerberized_broker(base, realm, authority, server, ports, broker_port)
+            yield realm
     finally:
         realm.stop()
+
+
+def service_keytab(realm, path: Path) -> str:
+    """kafka/127.0.0.1's keys in ``path``: the principal."""
+    principal = f"{SERVICE}/{HOST}@{realm.realm}"
+    realm.addprinc(principal)
+    realm.extract_keytab(principal, str(path))
+    return principal
+
+
+def krb5_jaas(keytab: Path | str, principal: str) -> str:
+    return ("com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true "
+            f'keyTab="{keytab}" principal="{principal}";')
 
 
 def _kerberized_broker(base: Path, realm, authority: CertificateAuthority, server, ports: dict[str, int],
                        broker_port: int):
     sasl_port, reauth_port, ssl_port = ports["SASL_PLAINTEXT"], ports["REAUTH"], ports["SASL_SSL"]
-    keytab = str(base / "kafka.keytab")
-    service_principal = f"{SERVICE}/{HOST}@{realm.realm}"
-    realm.addprinc(service_principal)
-    realm.extract_keytab(service_principal, keytab)
+    keytab = base / "kafka.keytab"
+    service_principal = service_keytab(realm, keytab)
     realm.addprinc(f"other/{HOST}@{realm.realm}")   # a service the broker has no key for
     realm.addprinc(f"bob@{realm.realm}", "bob-password")
     bob_ccache = str(base / "bob.ccache")
     realm.kinit(f"bob@{realm.realm}", "bob-password", env=dict(realm.env, KRB5CCNAME=bob_ccache))
-    jaas = (f'com.sun.security.auth.module.Krb5LoginModule required useKeyTab=true storeKey=true '
-            f'keyTab="{keytab}" principal="{service_principal}";')
+    jaas = krb5_jaas(keytab, service_principal)
     properties = base / "server.properties"
     properties.write_text("\n".join([
         f"listeners=PLAINTEXT://{HOST}:0,SASL_PLAINTEXT://{HOST}:{sasl_port},REAUTH://{HOST}:{reauth_port},"

@@ -418,7 +418,7 @@ _BROKER_CONFIG_LIST: tuple[BrokerConfigKey, ...] = (
             "SASL mechanisms served: GSSAPI (pip install 'kafkacompat[gssapi]'), PLAIN, SCRAM-SHA-256, "
             "SCRAM-SHA-512, OAUTHBEARER."),
     _broker("sasl.mechanism.inter.broker.protocol", _STR, "GSSAPI", MEDIUM,
-            "SASL mechanism the inter-broker client uses."),
+            "SASL mechanism the inter-broker client uses: GSSAPI, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."),
     _broker("sasl.jaas.config", _PASSWORD, None, MEDIUM,
             "JAAS login context: PlainLoginModule user_<name>=\"<password>\" entries, the inter-broker "
             "client's username/password, Krb5LoginModule's keyTab and principal for GSSAPI."),

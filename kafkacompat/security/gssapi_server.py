@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import trio
 
@@ -156,3 +156,38 @@ class GssapiServer:
             raise AuthenticationFailed(f"{invalid_credentials(GSSAPI)}: {exc}", str(exc)) from None
         self.complete = True
         return b""
+
+
+async def gssapi_login(send_token: Callable[[bytes], Awaitable[bytes]], principal: str, keytab: str | None,
+                       service: str, host: str) -> None:
+    """The client side, for the broker's own inter-broker connections: a ticket for
+    ``service/host`` from the broker's keytab (kept in a memory credential cache), the context
+    tokens, then "no security layer". Raises GssapiUnavailable or ValueError."""
+    gssapi = _gssapi()
+
+    def start() -> tuple[Any, bytes]:
+        store = {"ccache": f"MEMORY:kafkacompat-{os.getpid()}"}
+        if keytab:
+            store["client_keytab"] = keytab
+        credentials = gssapi.Credentials(name=gssapi.Name(principal, gssapi.NameType.kerberos_principal),
+                                         usage="initiate", store=store)
+        target = gssapi.Name(f"{service}@{host}", gssapi.NameType.hostbased_service)
+        context = gssapi.SecurityContext(name=target, creds=credentials, usage="initiate",
+                                         flags=gssapi.RequirementFlag.mutual_authentication)
+        return context, context.step()
+
+    try:
+        context, token = await trio.to_thread.run_sync(start)
+        while True:
+            response = await send_token(token)
+            if not context.complete:
+                token = await trio.to_thread.run_sync(context.step, response) or b""
+                continue
+            offer = (await trio.to_thread.run_sync(context.unwrap, response)).message
+            if len(offer) < 4 or not offer[0] & NO_SECURITY_LAYER:
+                raise ValueError("the broker offers no 'no security layer'")
+            choice = struct.pack(">I", NO_SECURITY_LAYER << 24)
+            await send_token((await trio.to_thread.run_sync(context.wrap, choice, False)).message)
+            return
+    except gssapi.exceptions.GSSError as exc:
+        raise ValueError(f"GSSAPI as {principal} to {service}/{host}: {_explain(_gss_message(exc))}") from None

@@ -130,14 +130,22 @@ def _login_module(config: "BrokerConfig", listener: str, mechanism: str) -> Logi
 
 def inter_broker_credentials(config: "BrokerConfig") -> tuple[str, str, str] | None:
     """(mechanism, username, password) the replica fetchers authenticate with on the
-    inter-broker listener, None when it is not a SASL listener."""
+    inter-broker listener, for GSSAPI (GSSAPI, principal, keytab); None when it is not a SASL
+    listener."""
     listener = config.inter_broker_listener
     if not listener.uses_sasl:
         return None
     mechanism = config.sasl_mechanism_inter_broker_protocol
+    if mechanism == GSSAPI:
+        module = _login_module(config, listener.name, GSSAPI)
+        if module is None or "principal" not in module.options:
+            raise StartupError(f"The inter-broker listener {listener.name} uses SASL GSSAPI: its sasl.jaas.config "
+                               f"(listener.name.{listener.name.lower()}.gssapi.sasl.jaas.config) needs the broker's "
+                               'Krb5LoginModule principal="..." and keyTab="..."')
+        return GSSAPI, module.options["principal"], module.options.get("keyTab", "")
     if mechanism not in (PLAIN, *SCRAM_MECHANISMS):
         raise StartupError(f"sasl.mechanism.inter.broker.protocol is {mechanism}: the inter-broker listener "
-                           f"{listener.name} needs PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+                           f"{listener.name} needs GSSAPI, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
     module = _login_module(config, listener.name, mechanism)
     if module is None or "username" not in module.options or "password" not in module.options:
         raise StartupError(f"The inter-broker listener {listener.name} uses SASL {mechanism}: its sasl.jaas.config "

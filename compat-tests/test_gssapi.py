@@ -353,3 +353,54 @@ def test_kafka_python_reauthenticates_before_its_session_runs_out(kerberized):
         assert not re.search(rf"client id '{client_id}'\): its SASL session expired", kerberized.broker.output())
     finally:
         producer.close()
+
+
+# -- start-up errors -------------------------------------------------------------------------------
+
+def _serve(tmp_path: Path, *settings: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """A broker that must refuse to start: its exit status and output."""
+    import sys
+
+    (port,) = distinct_free_ports(1)
+    properties = tmp_path / "server.properties"
+    properties.write_text("\n".join([f"listeners=SASL_PLAINTEXT://{HOST}:{port}", "sasl.enabled.mechanisms=GSSAPI",
+                                     *settings]) + "\n")
+    return subprocess.run([sys.executable, "-m", "kafkacompat", "serve", "--port", "0", "--data-dir",
+                           str(tmp_path / "data"), "--config", str(properties)],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def _jaas_setting(keytab: Path | str, principal: str) -> str:
+    return f"sasl.jaas.config={krb5_jaas(keytab, principal)}"
+
+
+def _keytab(kerberized) -> Path:
+    return Path(kerberized.broker.data_dir).parent / "kafka.keytab"
+
+
+def test_start_up_errors_say_what_to_fix(kerberized, tmp_path):
+    realm = kerberized.realm.realm
+    missing = _serve(tmp_path, _jaas_setting(tmp_path / "nope.keytab", f"kafka/{HOST}@{realm}"))
+    assert missing.returncode != 0 and "nope.keytab does not exist" in missing.stderr, missing.stderr
+    no_principal = _serve(tmp_path)
+    assert no_principal.returncode != 0 and "has no Kerberos principal" in no_principal.stderr
+    keytab = _keytab(kerberized)
+    wrong_name = _serve(tmp_path, "sasl.kerberos.service.name=kafka2", _jaas_setting(keytab, f"kafka/{HOST}@{realm}"))
+    assert "sasl.kerberos.service.name is kafka2 but the GSSAPI principal" in wrong_name.stderr
+    not_in_keytab = _serve(tmp_path, _jaas_setting(keytab, f"other/{HOST}@{realm}"))
+    assert f"no key for other/{HOST}@{realm} in the keytab" in not_in_keytab.stderr, not_in_keytab.stderr
+    bad_rule = _serve(tmp_path, _jaas_setting(keytab, f"kafka/{HOST}@{realm}"),
+                      "sasl.kerberos.principal.to.local.rules=RULE:[1:$1]oops")
+    assert "Invalid rule: `RULE:[1:$1]oops`" in bad_rule.stderr, bad_rule.stderr
+
+
+def test_without_python_gssapi_the_broker_says_what_to_install(kerberized, tmp_path):
+    # python-gssapi made unimportable for this one broker process
+    blocker = tmp_path / "block"
+    (blocker / "gssapi").mkdir(parents=True)
+    (blocker / "gssapi" / "__init__.py").write_text("raise ImportError('No module named gssapi')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
+    done = _serve(tmp_path, _jaas_setting(_keytab(kerberized), f"kafka/{HOST}@{kerberized.realm.realm}"), env=env)
+    assert done.returncode != 0
+    assert "pip install 'kafkacompat[gssapi]'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -60,7 +60,7 @@ def test_invalid_rules_are_refused(rule):
 
 
 def test_gss_failures_get_a_hint_for_what_to_fix():
-    from kafkacompat.security.gssapi_server import _explain
+    from kafkacompat.security.gssapi_sasl import _explain
 
     assert "clocks differ" in _explain("Clock skew too great")
     assert "sasl.kerberos.service.name" in _explain("The ticket isn't for us")

@@ -35,7 +35,7 @@ from kafkacompat.security.principal import KafkaPrincipal
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS
 
 if TYPE_CHECKING:
-    from kafkacompat.security.gssapi_server import KerberosService
+    from kafkacompat.security.gssapi_sasl import KerberosService
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -80,7 +80,7 @@ class SaslSettings:
         if mechanism == OAUTHBEARER:
             return UnsecuredOAuthBearerServer(self.oauth_options)
         if mechanism == GSSAPI:
-            from kafkacompat.security.gssapi_server import GssapiServer
+            from kafkacompat.security.gssapi_sasl import GssapiServer
 
             assert self.kerberos is not None
             return GssapiServer(self.kerberos)

@@ -83,7 +83,7 @@ async def authenticate(config: "BrokerConfig", request: Request, host: str) -> N
 
 
 async def _gssapi(config: "BrokerConfig", request: Request, principal: str, keytab: str, host: str) -> None:
-    from kafkacompat.security.gssapi_server import GssapiUnavailable, gssapi_login
+    from kafkacompat.security.gssapi_sasl import GssapiUnavailable, gssapi_login
 
     listener = config.inter_broker_listener.name
     service = (config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)

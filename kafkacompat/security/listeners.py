@@ -19,7 +19,7 @@ from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig, ServedListener
-    from kafkacompat.security.gssapi_server import KerberosService
+    from kafkacompat.security.gssapi_sasl import KerberosService
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -93,7 +93,7 @@ def _sasl_settings(config: "BrokerConfig", listener: "ServedListener",
 def _kerberos_service(config: "BrokerConfig", listener: str) -> "KerberosService":
     """The service principal and keytab of the listener's Krb5LoginModule JAAS entry, as Kafka's
     broker logs in with them (useKeyTab=true storeKey=true keyTab="..." principal="...")."""
-    from kafkacompat.security.gssapi_server import KRB5_LOGIN_MODULE, GssapiUnavailable, KerberosService
+    from kafkacompat.security.gssapi_sasl import KRB5_LOGIN_MODULE, GssapiUnavailable, KerberosService
 
     jaas_key = f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config"
     module = _login_module(config, listener, GSSAPI)

@@ -1,4 +1,4 @@
-"""The server side of SASL GSSAPI (Kerberos V5, RFC 4752) with python-gssapi (the optional extra
+"""SASL GSSAPI (Kerberos V5, RFC 4752) with python-gssapi (the optional extra
 ``kafkacompat[gssapi]``), as Kafka's broker serves it: the service principal and keytab come from
 the listener's ``Krb5LoginModule`` JAAS entry, the client's principal becomes ``User:<short
 name>`` through ``sasl.kerberos.principal.to.local.rules``.
@@ -7,7 +7,8 @@ The exchange: the client's context tokens until the security context is establis
 answer is the AP-REP of mutual authentication, to which the client replies with an empty token);
 then the server offers its security layers in a wrapped 4-octet message (only "no security
 layer", as Kafka), and the client's wrapped reply chooses it. GSSAPI calls read keytabs and
-replay caches, so they run in a worker thread.
+replay caches, so they run in a worker thread. ``gssapi_login`` is the same exchange from the
+client's end, for the broker's own inter-broker connections.
 """
 
 from __future__ import annotations
@@ -101,17 +102,19 @@ def _explain(message: str) -> str:
 
 
 class GssapiServer:
+    """One connection's exchange; ``username`` is the short name of the client's principal."""
+
     mechanism = GSSAPI
 
     def __init__(self, service: KerberosService) -> None:
         self._service = service
         self._gssapi = _gssapi()
         self._context = self._gssapi.SecurityContext(creds=service.credentials, usage="accept")
-        self._stage = "context"  # then "layer offered" after the wrapped security-layer offer
+        self._stage = "context"  # -> "empty reply" (after the AP-REP) -> "layer offered"
         self.username: str | None = None
         self.complete = False
         self.credential_lifetime_ms: int | None = None
-        self.principal = None
+        self.principal = None  # the authenticator's User:<username>
         self.client_principal: str | None = None
 
     async def evaluate(self, token: bytes) -> bytes:

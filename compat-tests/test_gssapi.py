@@ -404,3 +404,29 @@ def test_without_python_gssapi_the_broker_says_what_to_install(kerberized, tmp_p
     assert done.returncode != 0
     assert "pip install 'kafkacompat[gssapi]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _skewed_ccache(source: str, target: Path, offset_seconds: int) -> str:
+    """A copy of a ccache whose header says the KDC's clock is ``offset_seconds`` ahead (the
+    time offset MIT Kerberos keeps with kdc_timesync): the client then dates its authenticators
+    that far in the future, as a client with a wrong clock does."""
+    data = Path(source).read_bytes()
+    assert data[:2] == b"\x05\x04", "a version 4 file ccache"
+    (header_length,) = struct.unpack_from(">H", data, 2)
+    header = struct.pack(">HHii", 1, 8, offset_seconds, 0)   # tag 1: KDC time offset (seconds, microseconds)
+    target.write_bytes(b"\x05\x04" + struct.pack(">H", len(header)) + header + data[4 + header_length:])
+    return str(target)
+
+
+def test_clock_skew_is_named(kerberized, tmp_path):
+    # the service ticket first (the KDC would refuse a skewed request for it), then the skew
+    fetched = tmp_path / "with-service-ticket.ccache"
+    fetched.write_bytes(Path(kerberized.realm.env["KRB5CCNAME"]).read_bytes())
+    subprocess.run(["kvno", f"{SERVICE}/{HOST}@{kerberized.realm.realm}"], check=True, capture_output=True,
+                   env=dict(os.environ, KRB5CCNAME=str(fetched)), timeout=30)
+    ccache = _skewed_ccache(str(fetched), tmp_path / "skewed.ccache", 3600)
+    raw = Raw(kerberized.sasl_address)
+    assert raw.handshake("GSSAPI")[0] == 0
+    error, message, _ = _authenticate(raw, GssClient(ccache=ccache))
+    assert error == SASL_AUTHENTICATION_FAILED
+    assert "Clock skew too great" in message and "clocks differ" in message, message

@@ -370,6 +370,9 @@ def _serve(tmp_path: Path, *settings: str, env: dict | None = None) -> subproces
                           capture_output=True, text=True, timeout=60, env=env)
 
 
+SERVICE_SETTING = f"sasl.kerberos.service.name={SERVICE}"
+
+
 def _jaas_setting(keytab: Path | str, principal: str) -> str:
     return f"sasl.jaas.config={krb5_jaas(keytab, principal)}"
 
@@ -380,16 +383,19 @@ def _keytab(kerberized) -> Path:
 
 def test_start_up_errors_say_what_to_fix(kerberized, tmp_path):
     realm = kerberized.realm.realm
-    missing = _serve(tmp_path, _jaas_setting(tmp_path / "nope.keytab", f"kafka/{HOST}@{realm}"))
+    missing = _serve(tmp_path, SERVICE_SETTING, _jaas_setting(tmp_path / "nope.keytab", f"kafka/{HOST}@{realm}"))
     assert missing.returncode != 0 and "nope.keytab does not exist" in missing.stderr, missing.stderr
     no_principal = _serve(tmp_path)
     assert no_principal.returncode != 0 and "has no Kerberos principal" in no_principal.stderr
     keytab = _keytab(kerberized)
-    wrong_name = _serve(tmp_path, "sasl.kerberos.service.name=kafka2", _jaas_setting(keytab, f"kafka/{HOST}@{realm}"))
-    assert "sasl.kerberos.service.name is kafka2 but the GSSAPI principal" in wrong_name.stderr
-    not_in_keytab = _serve(tmp_path, _jaas_setting(keytab, f"other/{HOST}@{realm}"))
+    no_service = _serve(tmp_path, _jaas_setting(keytab, f"kafka/{HOST}@{realm}"))
+    assert "No serviceName defined in either JAAS or Kafka config" in no_service.stderr, no_service.stderr
+    conflict = _serve(tmp_path, "sasl.kerberos.service.name=kafka",
+                      _jaas_setting(keytab, f"kafka/{HOST}@{realm}").replace("required", 'required serviceName="kfk"'))
+    assert "Conflicting serviceName values found in JAAS and Kafka configs" in conflict.stderr, conflict.stderr
+    not_in_keytab = _serve(tmp_path, SERVICE_SETTING, _jaas_setting(keytab, f"other/{HOST}@{realm}"))
     assert f"no key for other/{HOST}@{realm} in the keytab" in not_in_keytab.stderr, not_in_keytab.stderr
-    bad_rule = _serve(tmp_path, _jaas_setting(keytab, f"kafka/{HOST}@{realm}"),
+    bad_rule = _serve(tmp_path, SERVICE_SETTING, _jaas_setting(keytab, f"kafka/{HOST}@{realm}"),
                       "sasl.kerberos.principal.to.local.rules=RULE:[1:$1]oops")
     assert "Invalid rule: `RULE:[1:$1]oops`" in bad_rule.stderr, bad_rule.stderr
 
@@ -400,7 +406,8 @@ def test_without_python_gssapi_the_broker_says_what_to_install(kerberized, tmp_p
     (blocker / "gssapi").mkdir(parents=True)
     (blocker / "gssapi" / "__init__.py").write_text("raise ImportError('No module named gssapi')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), os.environ.get("PYTHONPATH", "")]))
-    done = _serve(tmp_path, _jaas_setting(_keytab(kerberized), f"kafka/{HOST}@{kerberized.realm.realm}"), env=env)
+    jaas = _jaas_setting(_keytab(kerberized), f"kafka/{HOST}@{kerberized.realm.realm}")
+    done = _serve(tmp_path, SERVICE_SETTING, jaas, env=env)
     assert done.returncode != 0
     assert "pip install 'kafkacompat[gssapi]'" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr

@@ -104,11 +104,12 @@ def _kerberos_service(config: "BrokerConfig", listener: str) -> "KerberosService
     if module.class_name != KRB5_LOGIN_MODULE:
         log.warning("Listener %s: GSSAPI login module %s is read as %s", listener, module.class_name, KRB5_LOGIN_MODULE)
     principal, keytab = module.options["principal"], module.options.get("keyTab")
-    service_name = config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)
+    service_name = _kerberos_service_name(config, listener, module)
     primary = principal.split("/", 1)[0].split("@", 1)[0]
-    if service_name and service_name != primary:
-        raise StartupError(f"Listener {listener}: sasl.kerberos.service.name is {service_name} but the GSSAPI "
-                           f"principal {principal} ({jaas_key}) has the service name {primary}")
+    if service_name != primary:
+        log.warning("Listener %s: the Kerberos service name is %s but the GSSAPI principal %s is service %s: "
+                    "clients asking for %s/<host> get a ticket this broker has no key for", listener,
+                    service_name, principal, primary, service_name)
     try:
         return KerberosService.load(principal, keytab, config.listener_value(
             listener, "sasl.kerberos.principal.to.local.rules", GSSAPI))
@@ -116,6 +117,20 @@ def _kerberos_service(config: "BrokerConfig", listener: str) -> "KerberosService
         raise StartupError(f"Listener {listener}: {exc}") from None
     except ValueError as exc:
         raise StartupError(f"Listener {listener} (GSSAPI, principal {principal}): {exc}") from None
+
+
+def _kerberos_service_name(config: "BrokerConfig", listener: str, module: LoginModule) -> str:
+    """Kafka's rule (KerberosLogin): the JAAS serviceName option or sasl.kerberos.service.name,
+    which must agree when both are set; one of them is required."""
+    in_jaas = module.options.get("serviceName")
+    in_config = config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)
+    if in_jaas and in_config and in_jaas != in_config:
+        raise StartupError(f"Listener {listener}: Conflicting serviceName values found in JAAS and Kafka configs "
+                           f"value in JAAS file {in_jaas}, value in Kafka config {in_config}")
+    if not (in_jaas or in_config):
+        raise StartupError(f"Listener {listener}: No serviceName defined in either JAAS or Kafka config: set "
+                           "sasl.kerberos.service.name (e.g. kafka, the primary of the broker's principal)")
+    return in_jaas or in_config
 
 
 def _login_module(config: "BrokerConfig", listener: str, mechanism: str) -> LoginModule | None:

@@ -84,7 +84,8 @@ def _replace_parameters(format_: str, params: list[str]) -> str:
                 raise NoMatchingRule(f"bad format in username mapping in {format_}")
             index = int(match[3])
             if index >= len(params):
-                raise NoMatchingRule(f"index {index} from {format_} is outside of the valid range 0 to {len(params) - 1}")
+                raise NoMatchingRule(f"index {index} from {format_} is outside of the valid range "
+                                     f"0 to {len(params) - 1}")
             out.append(params[index])
     return "".join(out)
 

@@ -1,6 +1,7 @@
 """The server side of the SASL mechanisms (GSSAPI is in gssapi_sasl.py): PLAIN, SCRAM-SHA-256/512
 (scram.py) and OAUTHBEARER with Kafka's unsecured-JWS validator. Each is
-``await evaluate(token) -> response token`` until ``complete``; a failure raises AuthenticationFailed with the message the client may see."""
+``await evaluate(token) -> response token`` until ``complete``; a failure raises
+AuthenticationFailed with the message the client may see."""
 
 from __future__ import annotations
 

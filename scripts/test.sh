@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test (unit tests and the compat-tests with real clients) on a fresh Debian machine:
-# installs what is missing (kcat, Node.js, ZooKeeper and a JRE, Go and Sarama, openssl, iproute2, nftables, chromium
-# and chromium-driver from Debian, a Python venv with the test extras, kafkajs from npm), then runs pytest. Extra
-# arguments go to pytest.
+# installs what is missing (kcat, Kerberos (a KDC, kinit, libkrb5-dev, Cyrus SASL's GSSAPI plugin), Node.js,
+# ZooKeeper and a JRE, Go and Sarama, openssl, iproute2, nftables, chromium and chromium-driver from Debian,
+# a Python venv with the test extras, kafkajs from npm), then runs pytest. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +32,14 @@ command -v nft >/dev/null 2>&1 || missing+=(nftables)
 # Chromium and its WebDriver for the console tests in a real headless browser (selenium drives them).
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+# Kerberos for the GSSAPI tests (compat-tests/test_gssapi.py): a KDC and its admin tools (k5test builds a
+# throwaway realm with krb5kdc, kdb5_util and kadmin.local), kinit, the headers python-gssapi builds against,
+# and Cyrus SASL's GSSAPI plugin, which Debian's librdkafka (kcat) authenticates with.
+command -v krb5kdc >/dev/null 2>&1 || [ -x /usr/sbin/krb5kdc ] || missing+=(krb5-kdc)
+[ -x /usr/sbin/kadmin.local ] || missing+=(krb5-admin-server)
+command -v kinit >/dev/null 2>&1 || missing+=(krb5-user)
+command -v krb5-config >/dev/null 2>&1 || missing+=(libkrb5-dev)
+ls /usr/lib/*/sasl2/libgssapiv2.so* >/dev/null 2>&1 || missing+=(libsasl2-modules-gssapi-mit)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "== installing Debian packages: ${missing[*]}"
   as_root apt-get update -qq

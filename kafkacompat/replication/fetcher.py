@@ -253,7 +253,7 @@ class ReplicaFetcher:
             conn = _Connection(stream, f"kafkacompat-replica-{self.replicas.node_id}")
             with trio.fail_after(timeout):
                 versions = await _api_versions(conn)
-                await authenticate(self._config, conn.request)
+                await authenticate(self._config, conn.request, host)
             low, high = versions.get(FETCH_KEY, (0, -1))
             version = min(high, FETCH_MAX_VERSION)
             if version < max(low, MIN_REPLICA_FETCH_VERSION):

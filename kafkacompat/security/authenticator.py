@@ -17,9 +17,10 @@ import enum
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from kafkacompat.security.mechanisms import (
+    GSSAPI,
     OAUTHBEARER,
     PLAIN,
     AuthenticationFailed,
@@ -32,6 +33,9 @@ from kafkacompat.security.mechanisms import (
 )
 from kafkacompat.security.principal import KafkaPrincipal
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS
+
+if TYPE_CHECKING:
+    from kafkacompat.security.gssapi_sasl import KerberosService
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -62,6 +66,7 @@ class SaslSettings:
     plain_users: dict[str, str] = field(default_factory=dict)
     scram_lookup: CredentialLookup | None = None
     oauth_options: dict[str, str] = field(default_factory=dict)
+    kerberos: "KerberosService | None" = None
     max_reauth_ms: dict[str, int] = field(default_factory=dict)
     failure_delay_ms: int = 100
     max_receive_size: int = 524288
@@ -74,6 +79,11 @@ class SaslSettings:
             return ScramMechanismServer(mechanism, self.scram_lookup)
         if mechanism == OAUTHBEARER:
             return UnsecuredOAuthBearerServer(self.oauth_options)
+        if mechanism == GSSAPI:
+            from kafkacompat.security.gssapi_sasl import GssapiServer
+
+            assert self.kerberos is not None
+            return GssapiServer(self.kerberos)
         raise ValueError(mechanism)
 
 

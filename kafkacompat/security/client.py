@@ -1,5 +1,5 @@
 """The broker as a client of another broker (replica fetchers): a connection to the other
-broker's inter-broker listener, through TLS and SASL (PLAIN or SCRAM) when that listener uses
+broker's inter-broker listener, through TLS and SASL (PLAIN, SCRAM or GSSAPI) when that listener uses
 them, as Kafka's inter-broker clients do (security.inter.broker.protocol /
 inter.broker.listener.name, sasl.mechanism.inter.broker.protocol)."""
 
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 import trio
 
-from kafkacompat.security.mechanisms import PLAIN
+from kafkacompat.security.mechanisms import GSSAPI, PLAIN
 from kafkacompat.security.scram import ScramClient, ScramError
 from kafkacompat.wire import codec
 
@@ -51,9 +51,10 @@ async def open_broker_stream(config: "BrokerConfig", host: str, port: int) -> tr
     return stream
 
 
-async def authenticate(config: "BrokerConfig", request: Request) -> None:
-    """SaslHandshake v1 and SaslAuthenticate v1 with the broker's own inter-broker credentials;
-    nothing on a listener without SASL."""
+async def authenticate(config: "BrokerConfig", request: Request, host: str) -> None:
+    """SaslHandshake v1 and SaslAuthenticate v1 with the broker's own inter-broker credentials
+    (for GSSAPI a ticket for the service on ``host``, the other broker); nothing on a listener
+    without SASL."""
     from kafkacompat.security.listeners import inter_broker_credentials
 
     credentials = inter_broker_credentials(config)
@@ -69,6 +70,9 @@ async def authenticate(config: "BrokerConfig", request: Request) -> None:
     if mechanism == PLAIN:
         await _token(request, f"\x00{username}\x00{password}".encode())
         return
+    if mechanism == GSSAPI:
+        await _gssapi(config, request, username, password, host)
+        return
     client = ScramClient(mechanism, username, password)
     server_first = await _token(request, client.first())
     server_final = await _token(request, client.final(server_first))
@@ -76,6 +80,18 @@ async def authenticate(config: "BrokerConfig", request: Request) -> None:
         client.verify(server_final)
     except ScramError as exc:
         raise InterBrokerAuthenticationError(f"SCRAM: {exc}") from None
+
+
+async def _gssapi(config: "BrokerConfig", request: Request, principal: str, keytab: str, host: str) -> None:
+    from kafkacompat.security.gssapi_sasl import GssapiUnavailable, gssapi_login
+
+    listener = config.inter_broker_listener.name
+    service = (config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)
+               or principal.split("/", 1)[0].split("@", 1)[0])
+    try:
+        await gssapi_login(lambda token: _token(request, token), principal, keytab or None, service, host)
+    except (GssapiUnavailable, ValueError) as exc:
+        raise InterBrokerAuthenticationError(str(exc)) from None
 
 
 async def _token(request: Request, token: bytes) -> bytes:

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 from kafkacompat.config import StartupError
 from kafkacompat.security.authenticator import SaslSettings
 from kafkacompat.security.jaas import JaasConfigError, LoginModule, parse_jaas_config
-from kafkacompat.security.mechanisms import OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS, CredentialLookup
+from kafkacompat.security.mechanisms import GSSAPI, OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS, CredentialLookup
 from kafkacompat.security.principal_mapping import PrincipalMapper
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS
 
 if TYPE_CHECKING:
     from kafkacompat.config import BrokerConfig, ServedListener
+    from kafkacompat.security.gssapi_sasl import KerberosService
 
 log = logging.getLogger("kafkacompat.security")
 
@@ -82,9 +83,54 @@ def _sasl_settings(config: "BrokerConfig", listener: "ServedListener",
     if OAUTHBEARER in mechanisms:
         module = _login_module(config, name, OAUTHBEARER)
         settings.oauth_options = dict(module.options) if module is not None else {}
+    if GSSAPI in mechanisms:
+        settings.kerberos = _kerberos_service(config, name)
     if any(m in SCRAM_MECHANISMS for m in mechanisms) and scram_lookup is None:
         raise StartupError(f"Listener {name} offers SCRAM but this broker has no credential store")
     return settings
+
+
+def _kerberos_service(config: "BrokerConfig", listener: str) -> "KerberosService":
+    """The service principal and keytab of the listener's Krb5LoginModule JAAS entry, as Kafka's
+    broker logs in with them (useKeyTab=true storeKey=true keyTab="..." principal="...")."""
+    from kafkacompat.security.gssapi_sasl import KRB5_LOGIN_MODULE, GssapiUnavailable, KerberosService
+
+    jaas_key = f"listener.name.{listener.lower()}.gssapi.sasl.jaas.config"
+    module = _login_module(config, listener, GSSAPI)
+    if module is None or "principal" not in module.options:
+        raise StartupError(f"Listener {listener} offers GSSAPI but has no Kerberos principal: set {jaas_key} (or "
+                           f'sasl.jaas.config) to {KRB5_LOGIN_MODULE} required useKeyTab=true storeKey=true '
+                           'keyTab="/path/kafka.keytab" principal="kafka/<host>@<REALM>";')
+    if module.class_name != KRB5_LOGIN_MODULE:
+        log.warning("Listener %s: GSSAPI login module %s is read as %s", listener, module.class_name, KRB5_LOGIN_MODULE)
+    principal, keytab = module.options["principal"], module.options.get("keyTab")
+    service_name = _kerberos_service_name(config, listener, module)
+    primary = principal.split("/", 1)[0].split("@", 1)[0]
+    if service_name != primary:
+        log.warning("Listener %s: the Kerberos service name is %s but the GSSAPI principal %s is service %s: "
+                    "clients asking for %s/<host> get a ticket this broker has no key for", listener,
+                    service_name, principal, primary, service_name)
+    try:
+        return KerberosService.load(principal, keytab, config.listener_value(
+            listener, "sasl.kerberos.principal.to.local.rules", GSSAPI))
+    except GssapiUnavailable as exc:
+        raise StartupError(f"Listener {listener}: {exc}") from None
+    except ValueError as exc:
+        raise StartupError(f"Listener {listener} (GSSAPI, principal {principal}): {exc}") from None
+
+
+def _kerberos_service_name(config: "BrokerConfig", listener: str, module: LoginModule) -> str:
+    """Kafka's rule (KerberosLogin): the JAAS serviceName option or sasl.kerberos.service.name,
+    which must agree when both are set; one of them is required."""
+    in_jaas = module.options.get("serviceName")
+    in_config = config.listener_value(listener, "sasl.kerberos.service.name", GSSAPI)
+    if in_jaas and in_config and in_jaas != in_config:
+        raise StartupError(f"Listener {listener}: Conflicting serviceName values found in JAAS and Kafka configs "
+                           f"value in JAAS file {in_jaas}, value in Kafka config {in_config}")
+    if not (in_jaas or in_config):
+        raise StartupError(f"Listener {listener}: No serviceName defined in either JAAS or Kafka config: set "
+                           "sasl.kerberos.service.name (e.g. kafka, the primary of the broker's principal)")
+    return in_jaas or in_config
 
 
 def _login_module(config: "BrokerConfig", listener: str, mechanism: str) -> LoginModule | None:
@@ -99,14 +145,22 @@ def _login_module(config: "BrokerConfig", listener: str, mechanism: str) -> Logi
 
 def inter_broker_credentials(config: "BrokerConfig") -> tuple[str, str, str] | None:
     """(mechanism, username, password) the replica fetchers authenticate with on the
-    inter-broker listener, None when it is not a SASL listener."""
+    inter-broker listener, for GSSAPI (GSSAPI, principal, keytab); None when it is not a SASL
+    listener."""
     listener = config.inter_broker_listener
     if not listener.uses_sasl:
         return None
     mechanism = config.sasl_mechanism_inter_broker_protocol
+    if mechanism == GSSAPI:
+        module = _login_module(config, listener.name, GSSAPI)
+        if module is None or "principal" not in module.options:
+            raise StartupError(f"The inter-broker listener {listener.name} uses SASL GSSAPI: its sasl.jaas.config "
+                               f"(listener.name.{listener.name.lower()}.gssapi.sasl.jaas.config) needs the broker's "
+                               'Krb5LoginModule principal="..." and keyTab="..."')
+        return GSSAPI, module.options["principal"], module.options.get("keyTab", "")
     if mechanism not in (PLAIN, *SCRAM_MECHANISMS):
         raise StartupError(f"sasl.mechanism.inter.broker.protocol is {mechanism}: the inter-broker listener "
-                           f"{listener.name} needs PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+                           f"{listener.name} needs GSSAPI, PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
     module = _login_module(config, listener.name, mechanism)
     if module is None or "username" not in module.options or "password" not in module.options:
         raise StartupError(f"The inter-broker listener {listener.name} uses SASL {mechanism}: its sasl.jaas.config "

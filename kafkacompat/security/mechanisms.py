@@ -1,6 +1,7 @@
-"""The server side of the SASL mechanisms: PLAIN, SCRAM-SHA-256/512 (scram.py) and OAUTHBEARER
-with Kafka's unsecured-JWS validator. Each is ``await evaluate(token) -> response token`` until
-``complete``; a failure raises AuthenticationFailed with the message the client may see."""
+"""The server side of the SASL mechanisms (GSSAPI is in gssapi_sasl.py): PLAIN, SCRAM-SHA-256/512
+(scram.py) and OAUTHBEARER with Kafka's unsecured-JWS validator. Each is
+``await evaluate(token) -> response token`` until ``complete``; a failure raises
+AuthenticationFailed with the message the client may see."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Awaitable, Callable, Protocol
 from kafkacompat.security.principal import KafkaPrincipal
 from kafkacompat.security.scram import MECHANISMS as SCRAM_MECHANISMS, ScramCredential, ScramError, ScramServer
 
+GSSAPI = "GSSAPI"  # served by gssapi_sasl.py (the optional python-gssapi)
 PLAIN = "PLAIN"
 OAUTHBEARER = "OAUTHBEARER"
-SUPPORTED_MECHANISMS = (PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
+SUPPORTED_MECHANISMS = (GSSAPI, PLAIN, *SCRAM_MECHANISMS, OAUTHBEARER)
 
 # (mechanism, user name or token id, whether it is a delegation token) -> the credential or None
 CredentialLookup = Callable[[str, str, bool], Awaitable["ScramCredential | None"]]

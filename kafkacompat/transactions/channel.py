@@ -71,7 +71,7 @@ class BrokerChannel:
         host, port = info.address(self.config.inter_broker_listener.name)
         peer.stream = await open_broker_stream(self.config, host, port)
         peer.conn = _Connection(peer.stream, f"kafkacompat-broker-{self.node_id}")
-        await authenticate(self.config, peer.conn.request)
+        await authenticate(self.config, peer.conn.request, host)
 
     @staticmethod
     async def _close(peer: _Peer) -> None:

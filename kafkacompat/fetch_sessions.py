@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
@@ -213,10 +214,24 @@ class FetchSessionCache:
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
+        # Fetch requests by (fetcher: "follower" or "consumer", kind: "sessionless", "full",
+        # "incremental" or "error"), for /metrics
+        self.requests: Counter[tuple[str, str]] = Counter()
         self._random = random.Random()
 
     def new_context(self, version: int, request: FetchRequestData, names: Callable[[object], str | None]) -> FetchContext:
         """``names`` maps a topic id to its name (for sessions by topic id)."""
+        context = self._new_context(version, request, names)
+        kind = ("error" if context.error else "incremental" if isinstance(context, IncrementalFetch)
+                else "full" if isinstance(context, FullFetch) else "sessionless")
+        self.requests[("follower" if request.replica_id >= 0 else "consumer", kind)] += 1
+        return context
+
+    def cached_partitions(self) -> int:
+        return sum(len(session.partitions) for session in self.sessions.values())
+
+    def _new_context(self, version: int, request: FetchRequestData,
+                     names: Callable[[object], str | None]) -> FetchContext:
         session_id, epoch = request.session_id, request.session_epoch
         privileged = request.replica_id >= 0
         if version < 7 or epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch

@@ -125,15 +125,19 @@ def test_followers_evicting_each_others_session_replicate_correctly(tmp_path, to
         create_topic(cluster.bootstrap, topic_name, partitions, 3, min_insync_replicas=2)
         md = cluster.wait_for(lambda md: all_led_with_isr(md, topic_name, partitions, set(BROKERS)))
         leader = md.topics[topic_name].partitions[0].leader
+        # Idle, each follower's fetch waits in the leader (replica.fetch.wait.max.ms) far longer
+        # than the 50 ms after which its session may be evicted, so the other follower's full
+        # fetch takes the one slot, and so on: evictions come however slow the machine is. Under a
+        # produce load fetches return at once and sessions are rarely idle that long.
+        for _ in deadline_loop(60, f"sessions evicted on broker {leader}", interval=0.5):
+            if leader_counter(cluster, leader,
+                              "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total") >= 3:
+                break
+        for _ in deadline_loop(60, "a follower's fetch in an evicted session", interval=0.5):
+            if leader_counter(cluster, leader, "kafkacompat_fetch_session_requests_total",
+                              fetcher="follower", kind="error") >= 1:
+                break
         with ContinuousProducer(cluster.bootstrap, topic_name, partitions) as producer:
-            for _ in deadline_loop(60, f"sessions evicted on broker {leader}", interval=0.5):
-                if leader_counter(cluster, leader,
-                                  "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total") >= 3:
-                    break
-            for _ in deadline_loop(60, "a follower's fetch in an evicted session", interval=0.5):
-                if leader_counter(cluster, leader, "kafkacompat_fetch_session_requests_total",
-                                  fetcher="follower", kind="error") >= 1:
-                    break
             for p in range(partitions):
                 producer.wait_for_new_acks(p, count=20)
         assert not producer.failed, producer.failed[:5]
@@ -161,6 +165,9 @@ def test_a_topic_deleted_and_made_again_replicates_in_the_followers_sessions(tmp
                 for p in range(partitions):
                     first.wait_for_new_acks(p)
             assert not first.failed, first.failed[:5]
+            # Destroyed now: a live producer of the topic would ask for its metadata again once it
+            # is deleted, and auto.create.topics.enable would make it anew (RF 1) before the test does.
+            first.producer = None
             admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
             admin.delete_topics([topic_name], operation_timeout=20)[topic_name].result(timeout=30)
             for broker in BROKERS:

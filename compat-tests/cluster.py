@@ -35,12 +35,14 @@ BROKER_PORT = 9092
 
 class ZooKeeperCluster:
     def __init__(self, tmp_path: Path, brokers: int = 3, *, extra_args: list[str] | None = None,
-                 racks: list[str] | None = None, network: "Network | None" = None, http: bool = False) -> None:
+                 racks: list[str] | None = None, network: "Network | None" = None, http: bool = False,
+                 broker_extra_args: dict[int, list[str]] | None = None) -> None:
         if not zookeeper_available():
             pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
         self.tmp_path = Path(tmp_path)
         self.count = brokers
         self.extra_args = list(extra_args or [])
+        self.broker_extra_args = dict(broker_extra_args or {})  # broker id -> its own settings, after extra_args
         self.racks = racks
         self.brokers: dict[int, BrokerProcess] = {}
         self.network = network
@@ -76,7 +78,8 @@ class ZooKeeperCluster:
 
     def broker_args(self, broker_id: int) -> list[str]:
         args = ["--zookeeper", f"{self.zookeeper.connect}/kafkacompat",
-                "--set", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", *self.extra_args]
+                "--set", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", *self.extra_args,
+                *self.broker_extra_args.get(broker_id, [])]
         if self.racks:
             args += ["--set", f"broker.rack={self.racks[broker_id]}"]
         if broker_id in self.http_ports:

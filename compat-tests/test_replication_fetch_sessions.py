@@ -5,9 +5,11 @@ ZooKeeper, an acks=all idempotent confluent_kafka producer, and every broker's /
   cache holds them; the followers count far more incremental than full requests); a leader
   SIGKILLed and restarted under load loses its sessions: the followers fetching from it start
   new ones, and every acknowledged message is read back, the replicas byte-identical;
-- with one session slot (``max.incremental.fetch.session.cache.slots=1``) and a short eviction
-  time, the two followers of each leader evict each other's session again and again
-  (FETCH_SESSION_ID_NOT_FOUND, then a full fetch): replication stays correct;
+- with one session slot (``max.incremental.fetch.session.cache.slots=1``), a short eviction
+  time and fetch waits of different lengths, the two followers of each leader evict each
+  other's session again and again (FETCH_SESSION_ID_NOT_FOUND, then a full fetch; a full fetch
+  that finds no slot is answered with session id 0 and the next one asks again), the leader
+  never holding more than one: replication stays correct;
 - a topic deleted and made again under the same name while another one is produced to: both
   replicate through the followers' sessions, every acknowledged message there, replicas equal.
 """
@@ -120,16 +122,22 @@ def test_followers_evicting_each_others_session_replicate_correctly(tmp_path, to
     partitions = 6
     args = FAST + set_args(max_incremental_fetch_session_cache_slots=1,
                            min_incremental_fetch_session_eviction_ms=50)
-    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=args, http=True) as cluster:
+    # Two followers' sessions of one size may push each other out only when the one in the slot
+    # has been unused for the 50 ms (Kafka's tryEvict: it is touched when its fetch arrives, the
+    # newcomer's full fetch asks for a slot when it is answered). Idle, every fetch waits
+    # replica.fetch.wait.max.ms in the leader: with one wait for all, the followers' fetch loops
+    # keep the phase they started with, often under 50 ms apart, and evictions may never come.
+    # Waits of different lengths make the phases drift, so each follower's full fetch is answered
+    # in turn while the other's session has been unused for longer.
+    waits = {0: 500, 1: 230, 2: 370}
+    per_broker = {b: set_args(replica_fetch_wait_max_ms=wait) for b, wait in waits.items()}
+    with ZooKeeperCluster(tmp_path, brokers=3, extra_args=args, http=True, broker_extra_args=per_broker) as cluster:
         cluster.wait_for(lambda md: len(md.brokers) == 3)
         create_topic(cluster.bootstrap, topic_name, partitions, 3, min_insync_replicas=2)
         md = cluster.wait_for(lambda md: all_led_with_isr(md, topic_name, partitions, set(BROKERS)))
         leader = md.topics[topic_name].partitions[0].leader
-        # Idle, each follower's fetch waits in the leader (replica.fetch.wait.max.ms) far longer
-        # than the 50 ms after which its session may be evicted, so the other follower's full
-        # fetch takes the one slot, and so on: evictions come however slow the machine is. Under a
-        # produce load fetches return at once and sessions are rarely idle that long.
         for _ in deadline_loop(60, f"sessions evicted on broker {leader}", interval=0.5):
+            assert leader_counter(cluster, leader, "kafka_server_fetchsessioncache_numincrementalfetchsessions") <= 1
             if leader_counter(cluster, leader,
                               "kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total") >= 3:
                 break

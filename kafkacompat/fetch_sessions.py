@@ -288,12 +288,13 @@ class FetchSessionCache:
         stalest = min(self.sessions.values(), key=lambda s: (s.last_used, s.id))
         if now - stalest.last_used > self.eviction_s:
             return self._evict(stalest)
-        old_enough = [s for s in self.sessions.values() if now - s.created > self.eviction_s]
-        if privileged:  # a follower may also evict consumers' sessions that are not yet old
-            old_enough += [s for s in self.sessions.values() if not s.privileged and now - s.created <= self.eviction_s]
-        if not old_enough:
+        # Old enough as of its last use (Kafka's touch files it under "evictable" then); a
+        # follower may also evict consumers' sessions that are not yet old.
+        evictable = [s for s in self.sessions.values()
+                     if s.last_used - s.created > self.eviction_s or (privileged and not s.privileged)]
+        if not evictable:
             return False
-        smallest = min(old_enough, key=lambda s: (s.privileged, len(s.partitions), s.id))
+        smallest = min(evictable, key=lambda s: (s.privileged, len(s.partitions), s.id))
         if (privileged, size) <= (smallest.privileged, len(smallest.partitions)):  # Kafka's EvictableKey order
             return False
         return self._evict(smallest)

@@ -13,8 +13,10 @@ partitions with something new. Kafka's FetchManager / FetchSessionCache, by the 
   FETCH_SESSION_TOPIC_ID_ERROR when the request's version and the session disagree on topic ids.
 - ``max.incremental.fetch.session.cache.slots`` sessions at most; a new one may evict a session
   unused for ``min.incremental.fetch.session.eviction.ms``, else the smallest evictable one if it
-  has fewer partitions (followers' sessions, "privileged", are evictable by consumers only once
-  older than the eviction time).
+  has fewer partitions: one older than the eviction time as of its last use (followers'
+  sessions, "privileged", are evictable by consumers only then; consumers' by followers always).
+  An incremental fetch uses its session when it arrives, a full one asks for a slot when it is
+  answered, as in Kafka.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from kafkacompat.testing.process import BrokerProcess
+from kafkacompat.testing.process import BrokerProcess, distinct_free_ports
 from kafkacompat.testing.zookeeper import ZooKeeperServer, zookeeper_available
 
 if TYPE_CHECKING:
@@ -35,15 +35,19 @@ BROKER_PORT = 9092
 
 class ZooKeeperCluster:
     def __init__(self, tmp_path: Path, brokers: int = 3, *, extra_args: list[str] | None = None,
-                 racks: list[str] | None = None, network: "Network | None" = None) -> None:
+                 racks: list[str] | None = None, network: "Network | None" = None, http: bool = False,
+                 broker_extra_args: dict[int, list[str]] | None = None) -> None:
         if not zookeeper_available():
             pytest.fail("ZooKeeper is not installed: scripts/test.sh installs it (apt-get install zookeeper)")
         self.tmp_path = Path(tmp_path)
         self.count = brokers
         self.extra_args = list(extra_args or [])
+        self.broker_extra_args = dict(broker_extra_args or {})  # broker id -> its own settings, after extra_args
         self.racks = racks
         self.brokers: dict[int, BrokerProcess] = {}
         self.network = network
+        # with ``http``: broker N serves /metrics on http_ports[N] (the same port after a restart)
+        self.http_ports: dict[int, int] = dict(enumerate(distinct_free_ports(brokers))) if http else {}
         self.hosts: dict[int, "Host"] = {}
         self._in_client_namespace = contextlib.ExitStack()
         self.zookeeper = ZooKeeperServer(self.tmp_path / "zookeeper")
@@ -74,10 +78,16 @@ class ZooKeeperCluster:
 
     def broker_args(self, broker_id: int) -> list[str]:
         args = ["--zookeeper", f"{self.zookeeper.connect}/kafkacompat",
-                "--set", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", *self.extra_args]
+                "--set", f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", *self.extra_args,
+                *self.broker_extra_args.get(broker_id, [])]
         if self.racks:
             args += ["--set", f"broker.rack={self.racks[broker_id]}"]
+        if broker_id in self.http_ports:
+            args += ["--http-port", str(self.http_ports[broker_id])]
         return args
+
+    def http_base(self, broker_id: int) -> str:
+        return f"http://127.0.0.1:{self.http_ports[broker_id]}"
 
     def start_broker(self, broker_id: int) -> BrokerProcess:
         proc = self.brokers.get(broker_id)

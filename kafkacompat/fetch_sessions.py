@@ -13,14 +13,17 @@ partitions with something new. Kafka's FetchManager / FetchSessionCache, by the 
   FETCH_SESSION_TOPIC_ID_ERROR when the request's version and the session disagree on topic ids.
 - ``max.incremental.fetch.session.cache.slots`` sessions at most; a new one may evict a session
   unused for ``min.incremental.fetch.session.eviction.ms``, else the smallest evictable one if it
-  has fewer partitions (followers' sessions, "privileged", are evictable by consumers only once
-  older than the eviction time).
+  has fewer partitions: one older than the eviction time as of its last use (followers'
+  sessions, "privileged", are evictable by consumers only then; consumers' by followers always).
+  An incremental fetch uses its session when it arrives, a full one asks for a slot when it is
+  answered, as in Kafka.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Hashable
 
@@ -213,10 +216,24 @@ class FetchSessionCache:
         self.clock = clock
         self.sessions: dict[int, FetchSession] = {}
         self.evictions = 0
+        # Fetch requests by (fetcher: "follower" or "consumer", kind: "sessionless", "full",
+        # "incremental" or "error"), for /metrics
+        self.requests: Counter[tuple[str, str]] = Counter()
         self._random = random.Random()
 
     def new_context(self, version: int, request: FetchRequestData, names: Callable[[object], str | None]) -> FetchContext:
         """``names`` maps a topic id to its name (for sessions by topic id)."""
+        context = self._new_context(version, request, names)
+        kind = ("error" if context.error else "incremental" if isinstance(context, IncrementalFetch)
+                else "full" if isinstance(context, FullFetch) else "sessionless")
+        self.requests[("follower" if request.replica_id >= 0 else "consumer", kind)] += 1
+        return context
+
+    def cached_partitions(self) -> int:
+        return sum(len(session.partitions) for session in self.sessions.values())
+
+    def _new_context(self, version: int, request: FetchRequestData,
+                     names: Callable[[object], str | None]) -> FetchContext:
         session_id, epoch = request.session_id, request.session_epoch
         privileged = request.replica_id >= 0
         if version < 7 or epoch in (INITIAL_EPOCH, FINAL_EPOCH):  # a full fetch
@@ -273,12 +290,13 @@ class FetchSessionCache:
         stalest = min(self.sessions.values(), key=lambda s: (s.last_used, s.id))
         if now - stalest.last_used > self.eviction_s:
             return self._evict(stalest)
-        old_enough = [s for s in self.sessions.values() if now - s.created > self.eviction_s]
-        if privileged:  # a follower may also evict consumers' sessions that are not yet old
-            old_enough += [s for s in self.sessions.values() if not s.privileged and now - s.created <= self.eviction_s]
-        if not old_enough:
+        # Old enough as of its last use (Kafka's touch files it under "evictable" then); a
+        # follower may also evict consumers' sessions that are not yet old.
+        evictable = [s for s in self.sessions.values()
+                     if s.last_used - s.created > self.eviction_s or (privileged and not s.privileged)]
+        if not evictable:
             return False
-        smallest = min(old_enough, key=lambda s: (s.privileged, len(s.partitions), s.id))
+        smallest = min(evictable, key=lambda s: (s.privileged, len(s.partitions), s.id))
         if (privileged, size) <= (smallest.privileged, len(smallest.partitions)):  # Kafka's EvictableKey order
             return False
         return self._evict(smallest)

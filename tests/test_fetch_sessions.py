@@ -49,6 +49,18 @@ def test_a_consumer_evicts_only_an_older_smaller_consumer_session():
     assert bigger != INVALID_SESSION_ID and list(cache.sessions) == [bigger] and cache.evictions == 1
 
 
+def test_a_session_is_old_enough_to_evict_as_of_its_last_use():
+    clock = Clock()
+    cache = FetchSessionCache(1, EVICTION_MS, clock)
+    small = open_session(cache, 2)
+    clock.now += 0.6
+    touch(cache, small)  # used while still young
+    clock.now += 0.6  # created 1.2 s ago, used 0.6 s ago
+    assert open_session(cache, 3) == INVALID_SESSION_ID
+    touch(cache, small)
+    assert open_session(cache, 3) != INVALID_SESSION_ID and small not in cache.sessions
+
+
 def test_a_stale_session_goes_first_whatever_its_size():
     clock = Clock()
     cache = FetchSessionCache(2, EVICTION_MS, clock)

@@ -35,6 +35,7 @@ def render(services: "Services") -> str:
     _request_metrics(lines, services)
     _log_gauges(lines, services)
     _replication_throttles(lines, services)
+    _fetch_sessions(lines, services)
     _group_lag(lines, services)
     _client_telemetry(lines, services)
     _process_metrics(lines)
@@ -112,6 +113,31 @@ def _replication_throttles(lines: list[str], services: "Services") -> None:
         name = f"kafka_server_{quota.name.lower()}_byte_rate"
         _family(lines, name, "gauge", f"Bytes per second of throttled replicas ({quota.name})")
         lines.append(f"{name} {quota.measure(now)!r}")
+
+
+def _fetch_sessions(lines: list[str], services: "Services") -> None:
+    """Kafka's FetchSessionCache metrics (leader side), and this broker's fetch requests as a
+    leader (by fetcher and session kind) and as a follower (by leader and kind)."""
+    cache = services.fetch_sessions
+    for name, kind, help_text, value in (
+        ("kafka_server_fetchsessioncache_numincrementalfetchsessions", "gauge", "Fetch sessions open",
+         len(cache.sessions)),
+        ("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached", "gauge",
+         "Partitions held by the open fetch sessions", cache.cached_partitions()),
+        ("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total", "counter",
+         "Fetch sessions evicted to make room for others", cache.evictions),
+    ):
+        _family(lines, name, kind, help_text)
+        lines.append(f"{name} {value}")
+    _family(lines, "kafkacompat_fetch_session_requests_total", "counter",
+            "Fetch requests received, by fetcher (follower or consumer) and session kind "
+            "(sessionless, full, incremental, error)")
+    for (fetcher, kind), count in sorted(cache.requests.items()):
+        lines.append(f"kafkacompat_fetch_session_requests_total{_labels(fetcher=fetcher, kind=kind)} {count}")
+    _family(lines, "kafkacompat_replica_fetch_requests_total", "counter",
+            "Fetch requests this broker's follower fetchers sent, by leader and kind (full, incremental)")
+    for (leader, kind), count in sorted(services.replicas.fetchers.request_counts.items()):
+        lines.append(f"kafkacompat_replica_fetch_requests_total{_labels(leader=leader, kind=kind)} {count}")
 
 
 def _group_lag(lines: list[str], services: "Services") -> None:

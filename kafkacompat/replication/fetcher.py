@@ -14,17 +14,24 @@ fetch again; this repeats until the logs agree. OFFSET_OUT_OF_RANGE truncates to
 leader's high watermark (our log is ahead) or restarts at the leader's log start (behind).
 Errors back off per partition (replica.fetch.backoff.ms); a lost connection reconnects to
 wherever the leader is.
+
+Requests go in a fetch session (KIP-227, replication/fetch_session.py, Kafka's
+FetchSessionHandler): after the first full fetch, only partitions whose fetch data changed are
+named, those left out (throttled, backing off, gone) are forgotten, and a partition missing
+from the answer had nothing new.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import trio
 
+from kafkacompat.replication.fetch_session import FetchSessionHandler, PartitionData
 from kafkacompat.replication.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from kafkacompat.security.client import InterBrokerAuthenticationError, authenticate, open_broker_stream
 from kafkacompat.wire import codec
@@ -145,20 +152,19 @@ class _Fetching:
 
 
 def encode_fetch_request(version: int, *, replica_id: int, replica_epoch: int, max_wait_ms: int, min_bytes: int,
-                         max_bytes: int, topics: list[tuple[str, object, list[tuple]]]) -> bytes:
+                         max_bytes: int, topics: list[tuple[str, object, list[tuple]]], session_id: int = 0,
+                         session_epoch: int = -1, forgotten: list[tuple[str, object, list[int]]] = ()) -> bytes:
     """A FetchRequest body. ``topics``: (name, topic_id, [(partition, current_leader_epoch,
-    fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes)])."""
+    fetch_offset, last_fetched_epoch, log_start_offset, partition_max_bytes)]); ``forgotten``:
+    (name, topic_id, [partition]). Session id 0 with epoch -1 is a sessionless full fetch."""
     out = make_writer(version >= 12)
     if version <= 14:
         out += INT32.pack(replica_id)
     out += _FETCH_TOP.pack(max_wait_ms, min_bytes, max_bytes, 0)
-    out += _SESSION.pack(0, -1)  # no fetch session (full fetches)
+    out += _SESSION.pack(session_id, session_epoch)
     out.array_length(len(topics))
     for name, topic_id, partitions in topics:
-        if version >= 13:
-            out.uuid(topic_id)
-        else:
-            out.string(name)
+        _topic_key(out, version, name, topic_id)
         out.array_length(len(partitions))
         for index, current_epoch, offset, last_epoch, log_start, max_part in partitions:
             if version >= 12:
@@ -167,7 +173,14 @@ def encode_fetch_request(version: int, *, replica_id: int, replica_epoch: int, m
             else:
                 out += _PARTITION_V9.pack(index, current_epoch, offset, log_start, max_part)
         out.empty_tagged_fields()
-    out.array_length(0)  # forgotten topics
+    out.array_length(len(forgotten))
+    for name, topic_id, indexes in forgotten:
+        _topic_key(out, version, name, topic_id)
+        out.array_length(len(indexes))
+        for index in indexes:
+            out += INT32.pack(index)
+        if version >= 12:
+            out.empty_tagged_fields()
     out.string("")  # rack id
     if version >= 15:
         out.tagged_fields([(1, _REPLICA_STATE.pack(replica_id, replica_epoch, 0))])
@@ -176,10 +189,18 @@ def encode_fetch_request(version: int, *, replica_id: int, replica_epoch: int, m
     return bytes(out)
 
 
+def _topic_key(out, version: int, name: str, topic_id) -> None:
+    if version >= 13:
+        out.uuid(topic_id)
+    else:
+        out.string(name)
+
+
 class ReplicaFetcher:
     """Fetches the partitions this broker follows on one leader."""
 
-    def __init__(self, host: FetcherHost, leader_id: int) -> None:
+    def __init__(self, host: FetcherHost, leader_id: int,
+                 request_counts: "Counter[tuple[int, str]] | None" = None) -> None:
         self.replicas = host
         self.leader_id = leader_id
         self.partitions: dict[tuple[str, int], float] = {}  # key -> do not fetch before (trio time)
@@ -187,6 +208,8 @@ class ReplicaFetcher:
         self.cancel_scope = trio.CancelScope()
         self._changed = trio.Event()
         self.connected_version: int | None = None
+        self.session = FetchSessionHandler()  # survives reconnects: the next fetch closes the old session
+        self.request_counts: Counter[tuple[int, str]] = request_counts if request_counts is not None else Counter()
 
     def __repr__(self) -> str:
         return f"ReplicaFetcher(broker {self.replicas.node_id} <- {self.leader_id})"
@@ -292,44 +315,76 @@ class ReplicaFetcher:
         if not ready:
             await self._wait_for_change(next_time)
             return
-        use_ids = version >= 13
-        by_topic: dict[str, list[_Fetching]] = {}
-        for fetching in ready:
-            by_topic.setdefault(fetching.partition.topic, []).append(fetching)
-        topics = []
-        ids = {}
-        max_partition_bytes = self._config.replica_fetch_max_bytes
-        for name, fetchings in by_topic.items():
-            topic = self.replicas.topic(name)
-            topic_id = topic.topic_id if topic is not None else None
-            if use_ids and topic_id is None:
-                use_ids = False
-            ids[topic_id] = name
-            topics.append((name, topic_id, [
-                (f.partition.index, f.leader_epoch, f.fetch_offset, f.partition.epochs.latest_epoch,
-                 f.partition.log_start_offset, max_partition_bytes) for f in fetchings
-            ]))
+        wanted, use_ids = self._wanted(ready, version)
         if not use_ids:
             version = min(version, 12)
+        plan = self.session.build(wanted, uses_topic_ids=use_ids)
+        self.request_counts[(self.leader_id, "full" if plan.full else "incremental")] += 1
         body = encode_fetch_request(
             version, replica_id=self.replicas.node_id, replica_epoch=REPLICA_EPOCH,
             max_wait_ms=self._config.replica_fetch_wait_max_ms, min_bytes=self._config.replica_fetch_min_bytes,
-            max_bytes=self._config.replica_fetch_response_max_bytes, topics=topics,
+            max_bytes=self._config.replica_fetch_response_max_bytes, topics=_by_topic(plan.to_send),
+            session_id=plan.session_id, session_epoch=plan.epoch, forgotten=_forgotten_by_topic(plan.forgotten),
         )
         wait = self._config.replica_fetch_wait_max_ms / 1000
-        with trio.fail_after(timeout + wait):
-            response_body = await conn.request(FETCH_KEY, version, body, flexible_header=version >= 12,
-                                               flexible_response=version >= 12)
-        response = decode_fetch_response(response_body, version)
-        if response.error_code:
-            raise FetcherConnectionError(f"fetch failed with {ErrorCode(response.error_code).name}")
+        try:
+            with trio.fail_after(timeout + wait):
+                response_body = await conn.request(FETCH_KEY, version, body, flexible_header=version >= 12,
+                                                   flexible_response=version >= 12)
+            response = decode_fetch_response(response_body, version)
+        except BaseException:
+            self.session.handle_error()
+            raise
+        self._handle_response(response, ready, version)
+
+    def _wanted(self, ready: list[_Fetching], version: int) -> tuple[dict, bool]:
+        """What to fetch now, per partition (the session handler's input), and whether every
+        topic has an id to fetch it by (v13+)."""
+        use_ids = version >= 13
+        wanted: dict[tuple[str, int], PartitionData] = {}
+        max_partition_bytes = self._config.replica_fetch_max_bytes
+        topic_ids: dict[str, object] = {}
+        for f in ready:
+            name = f.partition.topic
+            if name not in topic_ids:
+                topic = self.replicas.topic(name)
+                topic_ids[name] = topic.topic_id if topic is not None else None
+                if topic_ids[name] is None:
+                    use_ids = False
+            wanted[(name, f.partition.index)] = PartitionData(
+                topic_ids[name], f.fetch_offset, f.partition.log_start_offset, max_partition_bytes,
+                f.leader_epoch, f.partition.epochs.latest_epoch)
+        return wanted, use_ids
+
+    def _handle_response(self, response, ready: list[_Fetching], version: int) -> None:
         wanted = {(f.partition.topic, f.partition.index): f for f in ready}
+        names = {data.topic_id: key[0] for key, data in self.session.session.items()}
+        results = []
         for topic in response.topics:
-            name = ids.get(topic.topic_id, "") if version >= 13 else topic.name
-            for result in topic.partitions:
-                fetching = wanted.get((name, result.index))
-                if fetching is not None:
-                    self._process(fetching, result)
+            name = names.get(topic.topic_id, "") if version >= 13 else topic.name
+            results.extend(((name, result.index), result) for result in topic.partitions)
+        usable = self.session.handle_response(response.error_code, response.session_id,
+                                              {key for key, _ in results}, response.throttle_time_ms)
+        if response.error_code == ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR:
+            # Kafka's ReplicaFetcherThread: an error for the whole request backs off its partitions
+            log.info("%s: the leader's fetch session disagrees on topic ids; starting a new one", self)
+            for key in wanted:
+                self._backoff(key)
+            return
+        if response.error_code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            log.info("%s: fetch session %s: %s; fetching everything in a new one", self, response.session_id,
+                     _error_name(response.error_code))
+            return
+        if response.error_code:
+            raise FetcherConnectionError(f"fetch failed with {_error_name(response.error_code)}")
+        if not usable:
+            log.info("%s: the leader's answer names partitions outside the fetch session; fetching everything "
+                     "in a new one", self)
+            return
+        for key, result in results:
+            fetching = wanted.get(key)
+            if fetching is not None:
+                self._process(fetching, result)
 
     def _backoff(self, key: tuple[str, int]) -> None:
         if key in self.partitions:
@@ -341,7 +396,10 @@ class ReplicaFetcher:
         if (key not in self.partitions or partition.is_leader or partition.leader_epoch != fetching.leader_epoch
                 or partition.log_end_offset != fetching.fetch_offset
                 or self.replicas.partitions.get(key) is not partition):
-            return  # the state moved on while the request was in flight
+            # The state moved on while the request was in flight. The leader's session now
+            # thinks we know what this answer said: the next request is a full one.
+            self.session.close_and_start_over()
+            return
         code = result.error_code
         try:
             if code == 0:
@@ -400,6 +458,22 @@ class ReplicaFetcher:
             self._backoff((partition.topic, partition.index))
 
 
+def _by_topic(partitions: dict[tuple[str, int], PartitionData]) -> list[tuple[str, object, list[tuple]]]:
+    topics: dict[str, tuple[str, object, list[tuple]]] = {}
+    for (name, index), data in partitions.items():
+        entry = topics.setdefault(name, (name, data.topic_id, []))
+        entry[2].append((index, data.current_leader_epoch, data.fetch_offset, data.last_fetched_epoch,
+                         data.log_start_offset, data.max_bytes))
+    return list(topics.values())
+
+
+def _forgotten_by_topic(forgotten: list[tuple[str, object, int]]) -> list[tuple[str, object, list[int]]]:
+    topics: dict[tuple[str, object], list[int]] = {}
+    for name, topic_id, index in forgotten:
+        topics.setdefault((name, topic_id), []).append(index)
+    return [(name, topic_id, indexes) for (name, topic_id), indexes in topics.items()]
+
+
 def truncate_on_divergence(partition: "Partition", leader_epoch: int, leader_end_offset: int) -> int:
     """Kafka's AbstractFetcherThread.getOffsetTruncationState for a diverging epoch from the
     leader: returns the offset truncated to."""
@@ -455,6 +529,8 @@ class ReplicaFetcherManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self.nursery: trio.Nursery | None = None
         self._leader_of: dict[tuple[str, int], int] = {}
+        # fetch requests sent, by (leader id, "full" or "incremental"): kept when fetchers go
+        self.request_counts: Counter[tuple[int, str]] = Counter()
 
     def start(self, nursery: trio.Nursery) -> None:
         self.nursery = nursery
@@ -469,7 +545,7 @@ class ReplicaFetcherManager:
         self.remove_partition(key)
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
-            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.replicas, leader_id)
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(self.replicas, leader_id, self.request_counts)
             if self.nursery is not None:
                 self.nursery.start_soon(fetcher.run)
         fetcher.add(key)

@@ -113,6 +113,7 @@ import trio.testing  # noqa: E402
 
 from kafkacompat.controller.topics import TopicInfo  # noqa: E402
 from kafkacompat.groups.coordinator import CommitPartition  # noqa: E402
+from kafkacompat.groups.storage import OFFSETS_TOPIC  # noqa: E402
 from kafkacompat.groups.streams_coordinator import StreamsHeartbeat  # noqa: E402
 from kafkacompat.wire.errors import ErrorCode  # noqa: E402
 from tests.test_groups_coordinator import Harness, ReplicatedOffsets, _topic, run_test  # noqa: E402
@@ -209,3 +210,19 @@ def test_an_empty_streams_group_expires_with_its_offsets_and_stays_deleted(tmp_p
         assert h.coord.groups == {}
 
     run_test(tmp_path, after)
+
+
+def test_a_heartbeat_that_changes_nothing_writes_nothing(tmp_path):
+    async def body(h: Harness):
+        joined = await heartbeat(h, join("m1"))
+        assert joined.error == ErrorCode.NONE
+        partition = h.broker.partition(OFFSETS_TOPIC, h.coord.partition_for("app"))
+        end = partition.log_end_offset
+        owned = [(s, sorted(ps)) for s, ps in joined.active.items()]
+        for _ in range(3):
+            again = await heartbeat(h, StreamsHeartbeat("app", "m1", joined.member_epoch, active=owned, standby=[],
+                                                        warmup=[]))
+            assert again.error == ErrorCode.NONE and again.member_epoch == joined.member_epoch
+        assert partition.log_end_offset == end
+
+    run_test(tmp_path, body)

@@ -13,7 +13,8 @@ tombstone.
                                                          RebalanceTimeoutMs, TopologyEpoch, ProcessId,
                                                          UserEndpoint? {Host, Port uint16}, ClientTags [Key, Value]
     key 20  StreamsGroupTargetAssignmentMetadata  value: AssignmentEpoch
-    key 21  StreamsGroupTargetAssignmentMember    value: ActiveTasks, StandbyTasks, WarmupTasks [SubtopologyId, Partitions]
+    key 21  StreamsGroupTargetAssignmentMember    value: ActiveTasks, StandbyTasks, WarmupTasks
+                                                         (each [SubtopologyId, Partitions []int32])
     key 22  StreamsGroupCurrentMemberAssignment   value: MemberEpoch, PreviousMemberEpoch, State int8, ActiveTasks,
                                                          StandbyTasks, WarmupTasks, ActiveTasksPendingRevocation,
                                                          StandbyTasksPendingRevocation, WarmupTasksPendingRevocation

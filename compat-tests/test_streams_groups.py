@@ -459,6 +459,9 @@ def test_a_streams_group_survives_a_restart(broker_factory):
     proc.kill()  # SIGKILL: what was answered must have been written
     proc.start()
     with RawConnection(proc.bootstrap, timeout=30) as conn:
+        # its records say the topology was validated: Stable before anyone heartbeats
+        listed = call(conn, LIST_GROUPS, 5, states_filter=[], types_filter=["streams"])
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [(app, "Stable")]
         after = call(conn, DESCRIBE, group_ids=[app, deleted_app]).groups
         assert after[0] == before
         assert after[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND

@@ -28,6 +28,7 @@ def group() -> StreamsGroupState:
     state.group_epoch, state.assignment_epoch, state.metadata_hash = 7, 6, -1234567890123
     state.assignment_configs = (("num.standby.replicas", "1"),)
     state.topology = TOPOLOGY
+    state.validated_topology_epoch = 3
     state.put_member(StreamsMember(
         "m1", member_epoch=6, previous_member_epoch=5, state=MemberState.UNREVOKED_PARTITIONS, rack_id="r1",
         client_id="c1", client_host="/10.0.0.1", rebalance_timeout_ms=30000, topology_epoch=3, process_id="p1",
@@ -56,6 +57,7 @@ def test_every_record_round_trips():
     loaded = replayed(written.items())["app"]
     assert (loaded.group_epoch, loaded.assignment_epoch, loaded.metadata_hash) == (7, 6, -1234567890123)
     assert loaded.assignment_configs == (("num.standby.replicas", "1"),)
+    assert loaded.validated_topology_epoch == 3 and loaded.state_name() == "Assigning"  # epoch 7, target 6
     assert loaded.topology == TOPOLOGY
     assert loaded.members == state.members
     assert loaded.target == state.target
@@ -72,6 +74,18 @@ def test_the_member_value_is_kafkas_layout():
     # version 0; InstanceId null, RackId null, "c", "h", 5, 2, "p", UserEndpoint null, no tags, no tagged fields
     assert value == b"\x00\x00" + b"\x00\x00" + b"\x02c\x02h" + b"\x00\x00\x00\x05\x00\x00\x00\x02" + b"\x02p" \
         + b"\xff" + b"\x01" + b"\x00"
+
+
+def test_the_metadata_value_puts_what_kafka_4_1_lacks_in_tagged_fields():
+    state = StreamsGroupState("g")
+    state.group_epoch, state.metadata_hash = 2, 1
+    _, plain = streams_records.group_metadata(state)
+    assert plain == b"\x00\x00" + b"\x00\x00\x00\x02" + b"\x00" * 7 + b"\x01" + b"\x00"  # no tagged fields
+    state.validated_topology_epoch, state.assignment_configs = 1, (("k", "v"),)
+    _, tagged = streams_records.group_metadata(state)
+    assert tagged[14:] == b"\x02" + b"\x00\x04\x00\x00\x00\x01" + b"\x01\x06\x02\x02k\x02v\x00"
+    loaded = replayed([streams_records.group_metadata(state)])["g"]
+    assert (loaded.validated_topology_epoch, loaded.assignment_configs) == (1, (("k", "v"),))
 
 
 def test_changes_write_what_changed_and_tombstone_what_went():

@@ -6,8 +6,8 @@ Keys and values are encoded as the consumer-group records are (consumer_records.
 key version then non-flexible strings; a value is version 0, flexible. A null value is a
 tombstone.
 
-    key 17  StreamsGroupMetadata                  value: Epoch, MetadataHash int64, AssignmentConfigs [Key, Value]
-                                                         (tag 0: ValidatedTopologyEpoch, not written)
+    key 17  StreamsGroupMetadata                  value: Epoch, MetadataHash int64; tagged 0 ValidatedTopologyEpoch
+                                                         (default -1), 1 AssignmentConfigs [Key, Value] (default null)
     key 18  StreamsGroupPartitionMetadata         (Kafka 4.0 only: skipped on replay)
     key 19  StreamsGroupMemberMetadata(member)    value: InstanceId?, RackId?, ClientId, ClientHost,
                                                          RebalanceTimeoutMs, TopologyEpoch, ProcessId,
@@ -43,7 +43,7 @@ from kafkacompat.groups.streams_group import (
     StreamsTopology,
     Subtopology,
 )
-from kafkacompat.wire.message_runtime import write_string
+from kafkacompat.wire.message_runtime import read_uvarint, skip_tagged_field, write_string, write_uvarint
 
 if TYPE_CHECKING:
     from kafkacompat.groups.assignors import Assignment
@@ -99,12 +99,33 @@ def _tasks(buf: bytearray, tasks: "Assignment") -> None:
         _end_struct(buf)
 
 
+def validated_topology_epoch(state: StreamsGroupState) -> int:
+    """The topology epoch whose topics were found in a valid configuration, -1 for none (Kafka
+    stores it so a loaded group describes as ready before its next heartbeat)."""
+    if state.configured is None:
+        return state.validated_topology_epoch
+    if state.topology is None or not state.configured.ready:
+        return -1
+    return state.topology.epoch
+
+
 def group_metadata(state: StreamsGroupState) -> Record:
     buf = _value()
     buf += _I32.pack(state.group_epoch)
     buf += _I64.pack(state.metadata_hash)
-    _key_values(buf, state.assignment_configs)
-    _end_struct(buf)
+    tagged: list[tuple[int, bytearray]] = []
+    validated = validated_topology_epoch(state)
+    if validated != -1:
+        tagged.append((0, bytearray(_I32.pack(validated))))
+    if state.assignment_configs:
+        configs = bytearray()
+        _key_values(configs, state.assignment_configs)
+        tagged.append((1, configs))
+    write_uvarint(buf, len(tagged))
+    for tag, data in tagged:
+        write_uvarint(buf, tag)
+        write_uvarint(buf, len(data))
+        buf += data
     return _key(GROUP_METADATA_KEY, state.group_id), bytes(buf)
 
 
@@ -263,6 +284,22 @@ class _StreamsReader(_Reader):
             self.skip_tags()
         return tuple(pairs)
 
+    def metadata_tags(self) -> tuple[int, tuple[tuple[str, str], ...]]:
+        """StreamsGroupMetadataValue's tagged fields: 0 ValidatedTopologyEpoch, 1 AssignmentConfigs."""
+        validated, configs = -1, ()
+        count, self.pos = read_uvarint(self.data, self.pos)
+        for _ in range(count):
+            tag, self.pos = read_uvarint(self.data, self.pos)
+            if tag == 0:
+                _, self.pos = read_uvarint(self.data, self.pos)
+                validated = self.int32()
+            elif tag == 1:
+                _, self.pos = read_uvarint(self.data, self.pos)
+                configs = self.key_values()
+            else:
+                self.pos = skip_tagged_field(self.data, self.pos)
+        return validated, configs
+
     def tasks(self) -> "Assignment":
         result: dict[str, frozenset[int]] = {}
         for _ in range(self.count()):
@@ -322,7 +359,7 @@ def replay(groups: dict[str, StreamsGroupState], key: bytes | memoryview, value:
     if version == GROUP_METADATA_KEY:
         state.group_epoch = body.int32()
         state.metadata_hash = body.int64()
-        state.assignment_configs = body.key_values()
+        state.validated_topology_epoch, state.assignment_configs = body.metadata_tags()
     elif version == TOPOLOGY_KEY:
         state.topology = body.topology()
     elif version == MEMBER_METADATA_KEY:

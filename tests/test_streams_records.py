@@ -240,3 +240,45 @@ def test_a_heartbeat_that_changes_nothing_writes_nothing(tmp_path):
         assert partition.log_end_offset == end
 
     run_test(tmp_path, body)
+
+
+def compacted(h: Harness, group_id: str) -> dict[bytes, bytes]:
+    """What compaction keeps of the group's partition: the last value of every key, tombstoned
+    keys gone."""
+    from kafkacompat.groups.storage import iter_loaded_records
+
+    partition = h.broker.partition(OFFSETS_TOPIC, h.coord.partition_for(group_id))
+    result = partition.log.read(partition.log_start_offset, 1 << 24, max_offset=partition.log_end_offset,
+                                min_one_batch=True)
+    try:
+        data = result.read_all()
+    finally:
+        result.close()
+    latest: dict[bytes, bytes | None] = {}
+    for record in iter_loaded_records(data):
+        if record.key is not None and key_version(record.key) in streams_records.STREAMS_KEY_VERSIONS:
+            latest[bytes(record.key)] = None if record.value is None else bytes(record.value)
+    return {k: v for k, v in latest.items() if v is not None}
+
+
+def test_the_compacted_partition_converges_to_the_group(tmp_path):
+    async def body(h: Harness):
+        for member_id in ("m1", "m2", "m3"):
+            assert (await heartbeat(h, join(member_id))).error == ErrorCode.NONE
+        assert (await heartbeat(h, StreamsHeartbeat("app", "m2", -1))).error == ErrorCode.NONE
+        state = h.coord.groups["app"].consumer
+        for _ in range(3):  # the others revoke and take over what m2 had
+            for member_id in ("m1", "m3"):
+                member = state.members[member_id]
+                owned = [(s, sorted(ps)) for s, ps in member.assigned.items()]
+                answer = await heartbeat(h, StreamsHeartbeat("app", member_id, member.member_epoch, active=owned,
+                                                             standby=[], warmup=[]))
+                assert answer.error == ErrorCode.NONE
+                state = h.coord.groups["app"].consumer
+        assert set(state.members) == {"m1", "m3"}
+        kept = compacted(h, "app")
+        assert kept == streams_records.group_records(state) == state.persisted
+        assert not any(b"m2" in key for key in kept)
+        assert replayed(kept.items())["app"].members == state.members
+
+    run_test(tmp_path, body)

@@ -434,3 +434,44 @@ def test_api_versions_advertises_the_streams_apis_and_streams_version(conn, brok
     assert keys[HEARTBEAT] == keys[DESCRIBE] == (0, 0)
     finalized = {f.name: f.max_version_level for f in response.finalized_features}
     assert finalized["streams.version"] == 1
+
+
+def test_a_streams_group_survives_a_restart(broker_factory):
+    """The group's StreamsGroup* records in __consumer_offsets are replayed by the restarted
+    broker: the same epochs, topology, members and assignments, and the members carry on with
+    their epochs. A member that left and a group deleted before the restart stay gone."""
+    proc = broker_factory("--set", "group.streams.session.timeout.ms=60000",
+                          "--set", "group.streams.heartbeat.interval.ms=1000")
+    app, source, deleted_app = unique("app"), unique("input"), unique("app")
+    with RawConnection(proc.bootstrap, timeout=30) as conn:
+        first = joined_and_ready(conn, app, source, app)
+        topology = two_step_topology(app, source)
+        second, leaving = Member(conn, app, topology), Member(conn, app, topology)
+        assert second.join().error_code == 0 and leaving.join().error_code == 0
+        settle([first, second, leaving])
+        assert leaving.leave().error_code == 0
+        settle([first, second])
+        gone = Member(conn, deleted_app, two_step_topology(deleted_app, source))
+        assert gone.join().error_code == 0 and gone.leave().error_code == 0
+        assert [r.error_code for r in call(conn, DELETE_GROUPS, 2, groups_names=[deleted_app]).results] == [0]
+        before = call(conn, DESCRIBE, group_ids=[app]).groups[0]
+    assert len(before.members) == 2 and before.group_state == "Stable"
+    proc.kill()  # SIGKILL: what was answered must have been written
+    proc.start()
+    with RawConnection(proc.bootstrap, timeout=30) as conn:
+        # its records say the topology was validated: Stable before anyone heartbeats
+        listed = call(conn, LIST_GROUPS, 5, states_filter=[], types_filter=["streams"])
+        assert [(g.group_id, g.group_state) for g in listed.groups] == [(app, "Stable")]
+        after = call(conn, DESCRIBE, group_ids=[app, deleted_app]).groups
+        assert after[0] == before
+        assert after[1].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        for member in (first, second):
+            member.conn = conn
+            epoch, tasks = member.epoch, member.tasks()
+            response = member.heartbeat()
+            assert response.error_code == ErrorCode.NONE, response
+            assert (member.epoch, member.tasks()) == (epoch, tasks)
+        leaving.conn = conn
+        leaving.epoch = before.group_epoch
+        assert leaving.heartbeat().error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        assert call(conn, DESCRIBE, group_ids=[app]).groups[0].group_epoch == before.group_epoch

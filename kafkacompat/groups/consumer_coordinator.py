@@ -811,13 +811,13 @@ class ConsumerGroupCoordinator:
     def on_loaded(self, group: Group) -> None:
         """A group read back from __consumer_offsets: its members must heartbeat within a
         session timeout from now."""
-        if group.consumer is None:
+        if group.consumer is None or group.consumer.group_type != "consumer":  # streams: its own coordinator
             return
         for member_id in group.consumer.members:
             self._schedule_session_timeout(group.group_id, member_id)
 
     def on_unloaded(self, group: Group) -> None:
-        if group.consumer is None:
+        if group.consumer is None or group.consumer.group_type != "consumer":
             return
         for member_id in group.consumer.members:
             self.host.cancel_timer(("consumer-session", group.group_id, member_id))

@@ -164,7 +164,7 @@ class ConsumerGroupState:
     def snapshot(self) -> "ConsumerGroupState":
         """A copy to go back to if a change cannot be stored. Members and assignments are never
         changed in place (a change replaces them), so copying the containers is enough."""
-        copy = ConsumerGroupState.__new__(ConsumerGroupState)
+        copy = type(self).__new__(type(self))
         copy.__dict__.update(self.__dict__)
         for name in ("members", "static_members", "target", "owners"):
             setattr(copy, name, dict(getattr(self, name)))

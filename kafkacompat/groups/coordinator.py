@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Callable
 import trio
 
 from kafkacompat.groups.group_configs import GroupConfigs
-from kafkacompat.groups import consumer_records, storage
+from kafkacompat.groups import consumer_records, storage, streams_records
 from kafkacompat.groups.streams_coordinator import StreamsGroupCoordinator
 from kafkacompat.groups.consumer_coordinator import ConsumerGroupCoordinator
 from kafkacompat.groups.consumer_group import ConsumerGroupState
+from kafkacompat.groups.streams_group import StreamsGroupState
 from kafkacompat.groups.state import (
     Group,
     GroupState,
@@ -142,6 +143,13 @@ def _commit_error(exc: Exception) -> int:
                                    ErrorCode.INVALID_FETCH_SIZE):
         return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
     return _store_error(exc)
+
+
+def _consumer_tombstones(group: Group) -> list[tuple[bytes, bytes | None]]:
+    """The tombstones of a consumer or streams group's records (a deleted group)."""
+    if isinstance(group.consumer, StreamsGroupState):
+        return streams_records.group_tombstones(group.consumer)
+    return consumer_records.group_tombstones(group.group_id)
 
 
 def _error_name(code: int) -> str:
@@ -320,6 +328,7 @@ class GroupCoordinator:
                 if not self._timers.scheduled(self._heartbeat_key(group, member.member_id)):
                     self._reschedule_heartbeat(group, member)
             self.consumer.on_loaded(group)
+            self.streams.on_loaded(group)
         try:
             async with trio.open_nursery() as nursery:
                 self._background = nursery
@@ -477,6 +486,8 @@ class GroupCoordinator:
         offsets: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
         consumer_groups: dict[str, ConsumerGroupState] = {}
         consumer_seen: set[str] = set()
+        streams_groups: dict[str, StreamsGroupState] = {}
+        streams_seen: set[str] = set()
         # Offsets of transactions without a marker yet: producer id -> group -> partition -> value.
         pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
         position = partition.log_start_offset
@@ -502,6 +513,9 @@ class GroupCoordinator:
                 if consumer_records.key_version(key) in consumer_records.CONSUMER_KEY_VERSIONS:
                     consumer_seen.add(consumer_records.replay(consumer_groups, key, value))
                     continue
+                if consumer_records.key_version(key) in streams_records.STREAMS_KEY_VERSIONS:
+                    streams_seen.add(streams_records.replay(streams_groups, key, value))
+                    continue
                 decoded = storage.decode_key(key)
                 if isinstance(decoded, storage.OffsetKey) and record.txn_producer_id >= 0:
                     if value is not None:
@@ -525,8 +539,8 @@ class GroupCoordinator:
                 self.groups.pop(group_id, None)
                 continue
             self.groups[group_id] = self._group_from_record(group_id, value)
-        for group_id in consumer_seen:
-            consumer_state = consumer_groups.get(group_id)
+        for group_id in sorted(consumer_seen | streams_seen):
+            consumer_state = streams_groups.get(group_id) or consumer_groups.get(group_id)
             if consumer_state is None:
                 if group_id not in metadata:
                     self.groups.pop(group_id, None)
@@ -611,6 +625,7 @@ class GroupCoordinator:
                 for member in group.members.values():
                     self._reschedule_heartbeat(group, member)
                 self.consumer.on_loaded(group)
+                self.streams.on_loaded(group)
             log.info("Coordinating the groups of %s-%d", OFFSETS_TOPIC, index)
         elif state.leader != node_id and index in self.owned_partitions:
             self.on_partition_removed(OFFSETS_TOPIC, index)
@@ -867,7 +882,7 @@ class GroupCoordinator:
         """An empty consumer group joined with the classic protocol becomes a classic group
         (its offsets stay), as Kafka's classicGroupJoin does."""
         try:
-            self._append(group.group_id, consumer_records.group_tombstones(group.group_id))
+            self._append(group.group_id, _consumer_tombstones(group))
         except (KafkaError, OSError) as exc:
             return _store_error(exc)
         group.consumer = None
@@ -1462,7 +1477,7 @@ class GroupCoordinator:
                 continue
             records = [(storage.offset_commit_key(group_id, t, p), None) for (t, p) in group.offsets]
             if group.consumer is not None:
-                records.extend(consumer_records.group_tombstones(group_id))
+                records.extend(_consumer_tombstones(group))
             else:
                 records.append((storage.group_metadata_key(group_id), None))
             try:
@@ -1517,7 +1532,7 @@ class GroupCoordinator:
                             and not group.has_consumer_members())
             if becomes_dead:
                 if group.consumer is not None:
-                    records.extend(consumer_records.group_tombstones(group.group_id))
+                    records.extend(_consumer_tombstones(group))
                 else:
                     records.append((storage.group_metadata_key(group.group_id), None))
             if not records:

@@ -8,9 +8,11 @@ recomputed by the sticky task assignor when the group epoch is ahead of it; (3) 
 reconciled towards its target as a consumer group member is (a task reaches its new owner only
 once its previous owner revoked it).
 
-The group's state lives in memory only: Kafka's StreamsGroup* records are not written to
-__consumer_offsets (its committed offsets are), so a coordinator failover or restart empties
-the group and its members rejoin with epoch 0 on FENCED/UNKNOWN_MEMBER_ID.
+Every change is written to the group's __consumer_offsets partition as Kafka's StreamsGroup*
+records (streams_records.py: the difference from what was last written, tombstones for what
+went) with acks=-1, and the heartbeat is answered once the ISR has them; if the append fails the
+group goes back to its state before the heartbeat. A restarted or new coordinator replays them
+(coordinator.py's load), so members carry on with their epochs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from typing import TYPE_CHECKING, Callable, Iterable
 from kafkacompat.groups.consumer_coordinator import GroupsHost
 from kafkacompat.groups.consumer_group import LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, \
     Assignment, MemberState, is_subset
-from kafkacompat.groups.state import Group, GroupState
+from kafkacompat.groups import streams_records
+from kafkacompat.groups.state import Group, GroupState, Waiter
 from kafkacompat.groups.streams_group import (
     ConfiguredTopology,
     InternalTopic,
@@ -140,7 +143,66 @@ class StreamsGroupCoordinator:
 
     # ---- StreamsGroupHeartbeat -----------------------------------------------------------------
 
-    def heartbeat(self, req: StreamsHeartbeat, topics: Callable[[], "Iterable[TopicInfo]"]) -> StreamsHeartbeatResult:
+    async def heartbeat(self, req: StreamsHeartbeat,
+                        topics: Callable[[], "Iterable[TopicInfo]"]) -> StreamsHeartbeatResult:
+        """StreamsGroupHeartbeat, answered once its records are replicated; a heartbeat that
+        fails changes nothing."""
+        existing = self.host.groups.get(req.group_id)
+        before = existing.consumer if existing is not None else None
+        if isinstance(before, StreamsGroupState):
+            before = before.snapshot()
+        result = self._heartbeat_now(req, topics)
+        group = self.host.groups.get(req.group_id)
+        if result.error:
+            if existing is not None:
+                existing.consumer = before
+            return result
+        if group is None or not isinstance(group.consumer, StreamsGroupState):
+            return result
+        try:
+            appended = self._persist(group)
+        except KafkaError as exc:
+            self._undo(group, existing, before, req.member_id)
+            return StreamsHeartbeatResult(exc.code, exc.message, member_id=req.member_id)
+        if appended is not None:
+            stored = Waiter()
+            self.host.when_replicated(group.group_id, appended, stored.complete)
+            error = await stored.wait()
+            if error:
+                log.warning("The state of streams group %s was not replicated: %s", req.group_id, error)
+                return StreamsHeartbeatResult(error, "The group's state could not be stored.",
+                                              member_id=req.member_id)
+        return result
+
+    def _persist(self, group: Group) -> object | None:
+        """Append the records of the group's change since its last write (acks=-1); returns what
+        ``when_replicated`` waits for, None when nothing changed. Raises KafkaError."""
+        state = group.consumer
+        assert isinstance(state, StreamsGroupState)
+        after = streams_records.group_records(state)
+        records = streams_records.changes(state.persisted, after)
+        if not records:
+            return None
+        try:
+            appended = self.host.append_records(group.group_id, records)
+        except KafkaError as exc:
+            log.warning("Could not store the state of streams group %s: %s", group.group_id, exc.message)
+            raise
+        state.persisted = after
+        return appended
+
+    def _undo(self, group: Group, existing: Group | None, before: object, member_id: str) -> None:
+        """A heartbeat whose records could not be appended: back to the group before it."""
+        if existing is None:  # a group this heartbeat created
+            self.host.groups.pop(group.group_id, None)
+        else:
+            existing.consumer = before  # type: ignore[assignment]
+        if not isinstance(before, StreamsGroupState) or member_id not in before.members:
+            self.host.cancel_timer(("streams-session", group.group_id, member_id))
+            self.host.cancel_timer(("streams-rebalance", group.group_id, member_id))
+
+    def _heartbeat_now(self, req: StreamsHeartbeat,
+                       topics: Callable[[], "Iterable[TopicInfo]"]) -> StreamsHeartbeatResult:
         try:
             self._refuse_unsupported(req)
             self._validate(req)
@@ -199,8 +261,11 @@ class StreamsGroupCoordinator:
         bump |= updated.assignment_config() != member.assignment_config()
         state.put_member(updated)
         configured = configure(state.topology, by_name) if state.topology is not None else ConfiguredTopology()
-        if state.configured is None or configured.tasks != state.configured.tasks:
+        # The task counts against those the epoch was bumped for (kept across a restart).
+        metadata_hash = streams_records.tasks_hash(configured.tasks)
+        if metadata_hash != state.metadata_hash:
             bump = True
+            state.metadata_hash = metadata_hash
         state.configured = configured
         if state.topology is not None and updated.topology_epoch < state.topology.epoch:
             statuses.append((Status.STALE_TOPOLOGY,
@@ -291,6 +356,7 @@ class StreamsGroupCoordinator:
         state.target = active
         state.standby_target = standby
         state.assignment_epoch = state.group_epoch
+        state.assignment_configs = (("num.standby.replicas", str(standby_replicas)),)
         log.info("Streams group %s: target assignment of epoch %d: %d task(s) over %d member(s)",
                  group_id, state.assignment_epoch, sum(tasks.values()), len(members))
 
@@ -372,7 +438,22 @@ class StreamsGroupCoordinator:
         if unrevoked_at_epoch is not None and (
                 member.state != MemberState.UNREVOKED_PARTITIONS or member.member_epoch != unrevoked_at_epoch):
             return
+        snapshot = state.snapshot()
         self._fence(group, member_id, reason)
+        try:
+            self._persist(group)  # a timer: nobody waits for its records
+        except KafkaError as exc:
+            group.consumer = snapshot
+            self._schedule_session_timeout(group_id, member_id)  # tried again a session timeout later
+            log.warning("Streams group %s keeps member %s for now: %s", group_id, member_id, exc.message)
+
+    def on_loaded(self, group: Group) -> None:
+        """A group read back from __consumer_offsets: its members must heartbeat within a
+        session timeout from now."""
+        if not isinstance(group.consumer, StreamsGroupState):
+            return
+        for member_id in group.consumer.members:
+            self._schedule_session_timeout(group.group_id, member_id)
 
     def on_unloaded(self, group: Group) -> None:
         if not isinstance(group.consumer, StreamsGroupState):
@@ -383,7 +464,8 @@ class StreamsGroupCoordinator:
 
     # ---- StreamsGroupDescribe --------------------------------------------------------------------
 
-    def describe(self, group_id: str) -> tuple[int, str | None, StreamsGroupState | None]:
+    def describe(self, group_id: str, topics: Callable[[], "Iterable[TopicInfo]"] | None = None,
+                 ) -> tuple[int, str | None, StreamsGroupState | None]:
         error = self.host.check_group_id(group_id)
         if error:
             return error, None, None
@@ -392,4 +474,10 @@ class StreamsGroupCoordinator:
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
         if not isinstance(group.consumer, StreamsGroupState):
             return ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a streams group.", None
-        return ErrorCode.NONE, None, group.consumer
+        state = group.consumer
+        if state.configured is None and state.topology is not None and topics is not None:
+            try:  # a group loaded from its records: its topology against the topics, as a heartbeat does
+                state.configured = configure(state.topology, {t.name: t for t in topics()})
+            except KafkaError:
+                pass
+        return ErrorCode.NONE, None, state

@@ -245,6 +245,13 @@ class StreamsGroupState(ConsumerGroupState):
         self.standby_target: dict[str, Assignment] = {}
         self.shutdown_requested: str | None = None  # the member that asked the application to shut down
         self.endpoint_information_epoch = 0
+        # What its records in __consumer_offsets hold: the hash of the task counts the group's
+        # epoch was last bumped for, the assignment configs of its target, and the records as
+        # last written (key -> value: the next change writes the difference, streams_records).
+        self.metadata_hash = 0
+        self.validated_topology_epoch = -1  # as last read back (the configured topology decides once known)
+        self.assignment_configs: tuple[tuple[str, str], ...] = ()
+        self.persisted: dict[bytes, bytes] = {}
 
     def __repr__(self) -> str:
         return (f"StreamsGroup({self.group_id!r}, {self.state_name()}, epoch {self.group_epoch}, "
@@ -259,7 +266,10 @@ class StreamsGroupState(ConsumerGroupState):
         """Kafka's StreamsGroupState."""
         if not self.members:
             return "Empty"
-        if self.configured is None or not self.configured.ready:
+        if self.configured is None:  # loaded, not heartbeated yet: what its records say
+            if self.topology is None or self.validated_topology_epoch != self.topology.epoch:
+                return "NotReady"
+        elif not self.configured.ready:
             return "NotReady"
         return super().state_name()
 

@@ -134,7 +134,7 @@ async def handle_streams_group_heartbeat(request, ctx: RequestContext):
     if not ctx.authorize_all(AclOperation.DESCRIBE, ResourceType.TOPIC, _source_topics(req.topology)):
         return _heartbeat_response(ctx, StreamsHeartbeatResult(ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                                                                member_id=req.member_id))
-    result = ctx.groups.streams.heartbeat(req, ctx.metadata.topics)
+    result = await ctx.groups.streams.heartbeat(req, ctx.metadata.topics)
     if result.to_create and not result.error:
         await _create_internal_topics(ctx, req.group_id, result.to_create)
     return _heartbeat_response(ctx, result)
@@ -191,7 +191,7 @@ async def handle_streams_group_describe(request, ctx: RequestContext):
             continue
         operations = (ctx.authorized_operations(ResourceType.GROUP, group_id) if request.include_authorized_operations
                       else OPERATIONS_OMITTED)
-        error, message, state = ctx.groups.streams.describe(group_id)
+        error, message, state = ctx.groups.streams.describe(group_id, ctx.metadata.topics)
         if error or state is None:
             groups.append(group_cls(group_id=group_id, error_code=error, error_message=message, topology=None))
             continue

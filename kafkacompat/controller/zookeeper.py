@@ -83,6 +83,7 @@ class ZooKeeperStore(MetadataStore):
         self.client = None
         self._token = None
         self._session_listeners: list[Callable[[], None]] = []
+        self._reconnect_listeners: list[Callable[[], None]] = []
         self._watches: list[object] = []
         self._connected = trio.Event()  # replaced by a fresh one whenever the connection drops
         self._disconnected = False
@@ -128,10 +129,14 @@ class ZooKeeperStore(MetadataStore):
         from kazoo.protocol.states import KazooState
 
         if state == KazooState.CONNECTED:
-            if self._disconnected:
+            reconnected = self._disconnected
+            if reconnected:
                 log.info("Reconnected to ZooKeeper at %s (session 0x%x)", self.connect, self.session_id)
             self._disconnected = False
             self._connected.set()
+            if reconnected:
+                for callback in self._reconnect_listeners:
+                    _call_soon(self._token, Watch(), callback)
             return
         self._disconnected = True
         if self._connected.is_set():
@@ -361,6 +366,9 @@ class ZooKeeperStore(MetadataStore):
 
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append(callback)
+
+    def add_reconnect_listener(self, callback: Callable[[], None]) -> None:
+        self._reconnect_listeners.append(callback)
 
     async def close(self) -> None:
         """End the session (its ephemeral nodes go at once). With ZooKeeper unreachable there is

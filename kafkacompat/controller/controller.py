@@ -713,6 +713,10 @@ class ClusterMember:
         self._changed.add((path, children))
         self._nudge.set()
 
+    def settled(self) -> bool:
+        """Nothing recorded to read and no step running (tests wait for it)."""
+        return not self._changed and not self._full and not self._step_lock.locked()
+
     def _assigned_here(self, view: ClusterView) -> set[tuple[str, int]]:
         return {(name, partition) for name, record in view.topics.items()
                 for partition, replicas in record.assignment.items() if self.node_id in replicas}

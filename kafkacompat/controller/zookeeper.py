@@ -74,6 +74,43 @@ def _reconnect_policy():
     return KazooRetry(max_tries=-1, delay=0.1, backoff=2, max_delay=1.0)
 
 
+class _DataWatcher:
+    """One data watch kept armed: ZooKeeper's watches fire once, so ``fired`` (on kazoo's
+    callback thread) first sends an ``exists`` with the watch again, without waiting for its
+    answer, and only then tells the Trio loop. The re-arming request leaves on the session
+    before any read the callback leads to, so a change is either before that read (seen by it)
+    or after the watch is back (fires it again): none falls between. ``exists`` watches a node
+    whether or not it exists (created, changed, deleted)."""
+
+    def __init__(self, store: "ZooKeeperStore", path: str, watch: Watch, callback: Callable[[], None]) -> None:
+        self.store = store
+        self.path = path
+        self.watch = watch
+        self.callback = callback
+
+    def arm(self) -> None:
+        client = self.store.client
+        if self.watch.cancelled or client is None:
+            return
+        client.exists_async(self.path, watch=self.fired).rawlink(self._armed)
+
+    def _armed(self, result) -> None:
+        if result.successful():
+            return
+        client = self.store.client
+        if client is not None and client.connected:
+            self.arm()
+        else:
+            self.store._unarmed.add(self)  # armed again by the next reconnection
+
+    def fired(self, _event) -> None:
+        """A change, a deletion, a creation, or the session lost (kazoo calls every watch then)."""
+        if self.watch.cancelled:
+            return
+        self.arm()
+        _call_soon(self.store._token, self.watch, self.callback)
+
+
 class ZooKeeperStore(MetadataStore):
     def __init__(self, connect: str, *, session_timeout_ms: int = 18000,
                  connection_timeout_ms: int | None = None) -> None:
@@ -85,6 +122,7 @@ class ZooKeeperStore(MetadataStore):
         self._session_listeners: list[Callable[[], None]] = []
         self._reconnect_listeners: list[Callable[[], None]] = []
         self._watches: list[object] = []
+        self._unarmed: set[_DataWatcher] = set()  # data watches to arm again once connected
         self._connected = trio.Event()  # replaced by a fresh one whenever the connection drops
         self._disconnected = False
 
@@ -134,6 +172,7 @@ class ZooKeeperStore(MetadataStore):
                 log.info("Reconnected to ZooKeeper at %s (session 0x%x)", self.connect, self.session_id)
             self._disconnected = False
             self._connected.set()
+            self._rearm_watches()
             if reconnected:
                 for callback in self._reconnect_listeners:
                     _call_soon(self._token, Watch(), callback)
@@ -341,9 +380,13 @@ class ZooKeeperStore(MetadataStore):
         return stat.ephemeralOwner or None
 
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
-        """kazoo's DataWatch / ChildrenWatch re-register themselves after every event and after a
-        reconnection; each event is forwarded to the Trio loop. A ChildrenWatch needs the node to
-        exist, so it is created first (empty, persistent)."""
+        """A children watch is kazoo's ChildrenWatch (it re-registers itself after every event
+        and after a reconnection; it needs the node, so that is created first, empty and
+        persistent). A data watch is a plain ZooKeeper watch that ``_DataWatcher`` re-arms the
+        moment it fires, as Kafka's ZooKeeperClient does: kazoo's DataWatch re-reads the node
+        with a blocking get on kazoo's one callback thread for every event, so the events of a
+        multi that changed many nodes reached the broker one round trip apart. Either calls
+        ``callback`` once when registered (as DataWatch did)."""
         watch = Watch()
         token = self._token
 
@@ -356,13 +399,23 @@ class ZooKeeperStore(MetadataStore):
         def register() -> None:
             if children:
                 self.client.ensure_path(path)
-                handle = self.client.ChildrenWatch(path, forward, send_event=True)
-            else:
-                handle = self.client.DataWatch(path, forward)
-            self._watches.append(handle)
+                self._watches.append(self.client.ChildrenWatch(path, forward, send_event=True))
+                return
+            watcher = _DataWatcher(self, path, watch, callback)
+            self.client.exists(path, watch=watcher.fired)
+            self._watches.append(watcher)
 
         await self._run(register)
+        if not children:
+            _call_soon(token, watch, callback)
         return watch
+
+    def _rearm_watches(self) -> None:
+        """After a reconnection: the data watches whose re-arming failed while the session was
+        being replaced (kazoo refuses requests then) are armed again."""
+        unarmed, self._unarmed = self._unarmed, set()
+        for watcher in unarmed:
+            watcher.arm()
 
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append(callback)

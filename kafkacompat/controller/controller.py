@@ -743,6 +743,16 @@ class ClusterMember:
         self._mark(path, children=children)
         return True
 
+    async def _watch_nodes(self, paths: list[str]) -> None:
+        """``_watch`` for many data nodes at once (a new topic's states): one batch for the store."""
+        new = [path for path in paths if (path, False) not in self._watched]
+        if not new:
+            return
+        await self.store.watch_many([(path, functools.partial(self._mark, path)) for path in new])
+        for path in new:
+            self._watched.add((path, False))
+            self._mark(path)
+
     def broker_info(self) -> BrokerInfo:
         host, port = self.endpoint()
         return BrokerInfo(self.node_id, host, port, self.config.broker_rack, self.endpoints())
@@ -836,11 +846,9 @@ class ClusterMember:
             raise
         self.view = view  # kept even if a watch below cannot be set: what was read is not read again
         self._report_malformed(view)
-        for name, record in view.topics.items():
-            await self._watch(topic_path(name))
-            await self._watch(f"{CONFIG_TOPICS}/{name}")
-            for partition in record.assignment:
-                await self._watch(state_path(name, partition))
+        await self._watch_nodes([path for name, record in view.topics.items()
+                                 for path in (topic_path(name), f"{CONFIG_TOPICS}/{name}",
+                                              *(state_path(name, p) for p in record.assignment))])
         self.cache.update_from(view)
         await self._apply(view)
         self._synced.set()

@@ -142,6 +142,11 @@ class MetadataStore(ABC):
         its list of children) changes, it is created or deleted, and after a session loss.
         Persistent until cancelled. The callback must not block: nudge and re-read."""
 
+    async def watch_many(self, watches: list[tuple[str, Callable[[], None]]]) -> list[Watch]:
+        """A data watch per (path, callback), as ``watch``; a store with a network round trip per
+        registration sends them all at once."""
+        return [await self.watch(path, callback) for path, callback in watches]
+
     @abstractmethod
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         """``callback()`` on the Trio thread after this session expired (its ephemerals are gone)."""

@@ -410,6 +410,23 @@ class ZooKeeperStore(MetadataStore):
             _call_soon(token, watch, callback)
         return watch
 
+    async def watch_many(self, watches: list[tuple[str, Callable[[], None]]]) -> list[Watch]:
+        """Data watches registered in one worker thread, their ``exists`` requests pipelined: a
+        topic of thousands of partitions is one round trip's worth of waiting, not thousands."""
+        token = self._token
+        watchers = [_DataWatcher(self, path, Watch(), callback) for path, callback in watches]
+
+        def register() -> None:
+            pending = [self.client.exists_async(w.path, watch=w.fired) for w in watchers]
+            for result in pending:
+                result.get()
+            self._watches.extend(watchers)
+
+        await self._run(register)
+        for watcher in watchers:
+            _call_soon(token, watcher.watch, watcher.callback)
+        return [watcher.watch for watcher in watchers]
+
     def _rearm_watches(self) -> None:
         """After a reconnection: the data watches whose re-arming failed while the session was
         being replaced (kazoo refuses requests then) are armed again."""

@@ -39,7 +39,19 @@ def topic_id_from_heartbeat(cluster, group: str, topic: str):
 
 
 def leader_of(cluster, topic: str) -> int:
-    return partitions_of(cluster.metadata(), topic)[0].leader
+    """Partition 0's leader once every running broker's metadata names the same live one. Each
+    broker learns of a leader change through its own ZooKeeper watch, so right after a failover
+    one may answer with the new leader while another still has the old state (leader -1 once
+    the old leader's registration is gone), as Kafka's brokers differ until the controller's
+    UpdateMetadata reaches each of them (its tests wait for the propagation too)."""
+    running = [b for b, proc in sorted(cluster.brokers.items()) if proc.proc is not None and proc.proc.poll() is None]
+    for _ in deadline_loop(30, f"every broker to agree on a live leader of {topic}-0", interval=0.1):
+        try:
+            found = {getattr(partitions_of(cluster.metadata(b), topic).get(0), "leader", -1) for b in running}
+        except Exception:  # noqa: BLE001 - a broker coming or going
+            continue
+        if len(found) == 1 and (leader := found.pop()) in running:
+            return leader
 
 
 def fetch_until_served(member: Member, **kwargs):

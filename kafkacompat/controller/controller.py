@@ -267,34 +267,84 @@ def _checked_state(data: dict) -> dict:
     return data
 
 
+Changed = set[tuple[str, bool]]  # (path, children): what a watch said changed
+
+
 async def read_cluster(store: MetadataStore, previous: ClusterView | None = None) -> ClusterView:
     """The whole cluster as the store has it: a few listings, then the nodes in two batched reads
-    (topics and configs, then partition states).
+    (topics and configs, then partition states). Used at start, after a reconnection or session
+    loss (watches may have been missed) and as a periodic safety net; every other change is read
+    with ``read_changes``.
 
     A node that does not parse (garbage written by hand or by a broken tool) is skipped and named
     in ``malformed``; a topic or partition state known from ``previous`` keeps its last good
     version, so a damaged node never makes a broker drop (and delete) what it hosts. Topics and
     partitions with no good version at all are listed as unreadable."""
-    previous = previous or ClusterView()
-    view = ClusterView()
-    broker_names = await store.children_or_empty(BROKER_IDS)
-    topic_names = await store.children_or_empty(TOPICS)
-    view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
-    view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN) if b.isdigit()}
+    return await read_changes(store, previous or ClusterView(), None)
+
+
+def _copy_view(view: ClusterView) -> ClusterView:
+    return ClusterView(dict(view.brokers), view.controller_id, dict(view.topics), dict(view.raw_states),
+                       set(view.deleting), set(view.shutting_down), dict(view.malformed),
+                       set(view.unreadable_topics), set(view.unreadable))
+
+
+def _forget_topic(view: ClusterView, name: str) -> None:
+    view.topics.pop(name, None)
+    view.unreadable_topics.discard(name)
+    view.malformed.pop(topic_path(name), None)
+    view.malformed.pop(f"{CONFIG_TOPICS}/{name}", None)
+    for key in [k for k in view.raw_states if k[0] == name] + [k for k in view.unreadable if k[0] == name]:
+        view.raw_states.pop(key, None)
+        view.unreadable.discard(key)
+        view.malformed.pop(state_path(*key), None)
+
+
+async def read_changes(store: MetadataStore, previous: ClusterView, changed: Changed | None) -> ClusterView:
+    """``previous`` with the nodes in ``changed`` read again (None: everything, as ``read_cluster``).
+    A listing that changed reads the nodes it gained (a new topic: its node, config and every
+    partition state) and drops those it lost; a topic node that changed reads the states of the
+    partitions it gained; a partition state that changed reads that node only."""
+    full = changed is None
+
+    def dirty(path: str, children: bool = False) -> bool:
+        return full or (path, children) in changed  # type: ignore[operator]
+
+    view = ClusterView() if full else _copy_view(previous)
+    known_topics = set(previous.topics) | previous.unreadable_topics
+    if dirty(BROKER_IDS, True):
+        broker_names = await store.children_or_empty(BROKER_IDS)
+        for path in [p for p in view.malformed if p.startswith(BROKER_IDS + "/")]:
+            del view.malformed[path]
+        view.brokers = {}
+    else:
+        broker_names = []
+    topic_names = set(await store.children_or_empty(TOPICS)) if dirty(TOPICS, True) else set(known_topics)
+    if dirty(DELETE_TOPICS, True):
+        view.deleting = set(await store.children_or_empty(DELETE_TOPICS))
+    if dirty(SHUTTING_DOWN, True):
+        view.shutting_down = {int(b) for b in await store.children_or_empty(SHUTTING_DOWN) if b.isdigit()}
+    if not full:
+        for name in known_topics - topic_names:
+            _forget_topic(view, name)
+    reread = sorted(name for name in topic_names if full or name not in known_topics
+                    or dirty(topic_path(name)) or dirty(f"{CONFIG_TOPICS}/{name}"))
     first = await store.get_many(
-        [CONTROLLER] + [f"{BROKER_IDS}/{b}" for b in broker_names]
-        + [topic_path(t) for t in topic_names] + [f"{CONFIG_TOPICS}/{t}" for t in topic_names]
+        ([CONTROLLER] if dirty(CONTROLLER) else []) + [f"{BROKER_IDS}/{b}" for b in broker_names]
+        + [topic_path(t) for t in reread] + [f"{CONFIG_TOPICS}/{t}" for t in reread]
     )
 
     def malformed(path: str, found: tuple[bytes, int] | None, exc: Exception) -> None:
         version = found[1] if found else -1
         view.malformed[path] = f"version {version}: {type(exc).__name__}: {exc}"
 
-    try:
-        controller = _decode(first[CONTROLLER])
-        view.controller_id = int(controller[0]["brokerid"]) if controller else -1
-    except _MALFORMED as exc:
-        malformed(CONTROLLER, first[CONTROLLER], exc)
+    if dirty(CONTROLLER):
+        view.malformed.pop(CONTROLLER, None)
+        try:
+            controller = _decode(first[CONTROLLER])
+            view.controller_id = int(controller[0]["brokerid"]) if controller else -1
+        except _MALFORMED as exc:
+            malformed(CONTROLLER, first[CONTROLLER], exc)
     for name in broker_names:
         path = f"{BROKER_IDS}/{name}"
         try:
@@ -304,32 +354,54 @@ async def read_cluster(store: MetadataStore, previous: ClusterView | None = None
                 view.brokers[int(name)] = _registered_broker(int(name), data)
         except _MALFORMED as exc:
             malformed(path, first[path], exc)
-    for name in topic_names:
+    keys: list[tuple[str, int]] = []
+    for name in reread:
         path, config_path = topic_path(name), f"{CONFIG_TOPICS}/{name}"
+        before = view.topics.get(name)
+        view.malformed.pop(path, None)
+        view.malformed.pop(config_path, None)
         failing = path
         try:
             found = _decode(first[path])
             if found is None:
-                continue  # deleted between the listing and the read
+                _forget_topic(view, name)  # deleted between the listing and the read
+                continue
             failing = config_path
             config = _decode(first[config_path])
             configs = _config_values(config[0] if config else {})
             failing = path
-            view.topics[name] = _topic_record(name, found[0], configs)
+            record = _topic_record(name, found[0], configs)
         except _MALFORMED as exc:
             malformed(failing, first[failing], exc)
             if name in previous.topics:
                 view.topics[name] = previous.topics[name]
             else:
                 view.unreadable_topics.add(name)
-    keys = [(name, p) for name, record in view.topics.items() for p in record.assignment]
+            continue
+        view.unreadable_topics.discard(name)
+        if before is not None and before.topic_id != record.topic_id:
+            _forget_topic(view, name)  # deleted and created again: nothing of the old one is kept
+            before = None
+        view.topics[name] = record
+        for partition in set(before.assignment if before else ()) - set(record.assignment):
+            view.raw_states.pop((name, partition), None)
+            view.unreadable.discard((name, partition))
+        keys += [(name, p) for p in record.assignment if full or before is None or p not in before.assignment]
+    if not full:
+        fresh = set(keys)
+        keys += [(name, p) for name, record in view.topics.items() for p in record.assignment
+                 if (name, p) not in fresh and dirty(state_path(name, p))]
     states = await store.get_many([state_path(name, p) for name, p in keys])
     for name, partition in keys:
         path = state_path(name, partition)
+        view.malformed.pop(path, None)
         try:
             raw = _decode(states[path])
+            view.unreadable.discard((name, partition))
             if raw is not None:
                 view.raw_states[(name, partition)] = (_checked_state(raw[0]), raw[1])
+            else:
+                view.raw_states.pop((name, partition), None)
         except _MALFORMED as exc:
             malformed(path, states[path], exc)
             kept = previous.raw_states.get((name, partition))
@@ -531,6 +603,12 @@ class ClusterMember:
 
     SYNC_COALESCE_SECONDS = 0.005
     RETRY_SECONDS = 0.5
+    # A full re-read of the store now and then, as a safety net under the watches (which are
+    # what keeps the view current; the full read after every reconnection covers missed ones).
+    FULL_RESYNC_SECONDS = 600.0
+    # Partition states per multi(): far under ZooKeeper's 1 MB request limit, and small enough to be
+    # answered well within a session timeout on a loaded machine (a larger batch gains little).
+    WRITE_BATCH = 100
     DEFAULT_TIMEOUT_SECONDS = 10.0
 
     def __init__(self, identity: "BrokerIdentity", config: "BrokerConfig", store: MetadataStore,
@@ -551,6 +629,9 @@ class ClusterMember:
         self._epoch_version = -1  # /controller_epoch's node version after our bump (the fence)
         self._nudge = _Nudge()
         self._watched: set[tuple[str, bool]] = set()
+        self._changed: Changed = set()  # what the watches reported since the last step
+        self._full = True  # the next step re-reads everything (start, reconnection, session loss)
+        self.reads = 0  # steps that re-read everything (tests and logs)
         self._applied: dict[tuple[str, int], PartitionState] = {}
         self._apply_failures: dict[tuple[str, int], str] = {}  # partition -> why its state is not applied
         self._synced = trio.Event()
@@ -564,7 +645,8 @@ class ClusterMember:
         for path in (BROKER_IDS, TOPICS, DELETE_TOPICS, SHUTTING_DOWN, CONFIG_TOPICS):
             await self.store.ensure_path(path)
         self.identity.adopt_cluster_id(await self._cluster_id())
-        self.store.add_session_listener(self._nudge.set)
+        self.store.add_session_listener(self._resync)
+        self.store.add_reconnect_listener(self._resync)
         await self._watch(BROKER_IDS, children=True)
         await self._watch(TOPICS, children=True)
         await self._watch(DELETE_TOPICS, children=True)
@@ -582,6 +664,7 @@ class ClusterMember:
         async with trio.open_nursery() as nursery:
             if self.config.auto_leader_rebalance_enable:
                 nursery.start_soon(self._run_leader_rebalance)
+            nursery.start_soon(self._run_periodic_resync)
             await self._run_sync()
 
     async def _run_sync(self) -> None:
@@ -614,6 +697,26 @@ class ClusterMember:
                 await trio.sleep(self.RETRY_SECONDS)
                 self._nudge.set()
 
+    def _resync(self) -> None:
+        """After a session loss or a reconnection: watches may have missed changes, so the next
+        step re-reads everything (as Kafka's controller and brokers do on a new session)."""
+        self._full = True
+        self._nudge.set()
+
+    async def _run_periodic_resync(self) -> None:
+        while True:
+            await trio.sleep(self.FULL_RESYNC_SECONDS)
+            self._resync()
+
+    def _mark(self, path: str, *, children: bool = False) -> None:
+        """A watch fired (or a write of ours changed ``path``): read it again at the next step."""
+        self._changed.add((path, children))
+        self._nudge.set()
+
+    def settled(self) -> bool:
+        """Nothing recorded to read and no step running (tests wait for it)."""
+        return not self._changed and not self._full and not self._step_lock.locked()
+
     def _assigned_here(self, view: ClusterView) -> set[tuple[str, int]]:
         return {(name, partition) for name, record in view.topics.items()
                 for partition, replicas in record.assignment.items() if self.node_id in replicas}
@@ -631,11 +734,24 @@ class ClusterMember:
         return found[0]["id"]
 
     async def _watch(self, path: str, *, children: bool = False) -> bool:
+        """Watch ``path`` (once); a new watch marks the path changed, so that it is read again
+        after the watch is in place: a change between the last read and the watch is not lost."""
         if (path, children) in self._watched:
             return False
-        await self.store.watch(path, self._nudge.set, children=children)
+        await self.store.watch(path, functools.partial(self._mark, path, children=children), children=children)
         self._watched.add((path, children))  # only once registered: a failed one is tried again
+        self._mark(path, children=children)
         return True
+
+    async def _watch_nodes(self, paths: list[str]) -> None:
+        """``_watch`` for many data nodes at once (a new topic's states): one batch for the store."""
+        new = [path for path in paths if (path, False) not in self._watched]
+        if not new:
+            return
+        await self.store.watch_many([(path, functools.partial(self._mark, path)) for path in new])
+        for path in new:
+            self._watched.add((path, False))
+            self._mark(path)
 
     def broker_info(self) -> BrokerInfo:
         host, port = self.endpoint()
@@ -654,7 +770,7 @@ class ClusterMember:
                 # the old node may linger until the server notices, so retry.
                 log.warning("Broker id %d is registered by another session; retrying", self.node_id)
                 await trio.sleep(self.RETRY_SECONDS)
-                self._nudge.set()
+                self._mark(BROKER_IDS, children=True)
 
     async def _elect(self) -> None:
         found = await self.store.get_json(CONTROLLER)
@@ -720,27 +836,47 @@ class ClusterMember:
             await self._step_locked()
 
     async def _step_locked(self) -> None:
-        if await self.store.exists(f"{BROKER_IDS}/{self.node_id}") is None and not self._stopping:
-            await self._register()
-        await self._elect()
-        view = await read_cluster(self.store, self.view)
-        if self.is_controller:
-            if await self._reconcile(view):
-                view = await read_cluster(self.store, self.view)
+        full, changed = self._full, self._changed
+        self._full, self._changed = False, set()
+        try:
+            view = await self._read(full, changed)
+        except BaseException:
+            self._full |= full  # not read: the next step tries again
+            self._changed |= changed
+            raise
+        self.view = view  # kept even if a watch below cannot be set: what was read is not read again
         self._report_malformed(view)
-        added = False
-        for name, record in view.topics.items():
-            added |= await self._watch(topic_path(name))
-            added |= await self._watch(f"{CONFIG_TOPICS}/{name}")
-            for partition in record.assignment:
-                added |= await self._watch(state_path(name, partition))
-        if added:
-            self._nudge.set()  # a change between the read and the new watches must not be missed
-        self.view = view
+        await self._watch_nodes([path for name, record in view.topics.items()
+                                 for path in (topic_path(name), f"{CONFIG_TOPICS}/{name}",
+                                              *(state_path(name, p) for p in record.assignment))])
         self.cache.update_from(view)
         await self._apply(view)
         self._synced.set()
         self._synced = trio.Event()
+
+    async def _read(self, full: bool, changed: Changed) -> ClusterView:
+        """Registration and election when they may have changed, the store's changes read into
+        the view, and, on the controller, the reconciliation's writes read back."""
+        if full or (BROKER_IDS, True) in changed:
+            if await self.store.exists(f"{BROKER_IDS}/{self.node_id}") is None and not self._stopping:
+                await self._register()
+        was_controller = self.is_controller
+        if full or (CONTROLLER, False) in changed:
+            await self._elect()
+        if self.is_controller and not was_controller:
+            full = True  # a new controller starts from everything the store has, as Kafka's does
+        if full:
+            self.reads += 1
+        view = await read_changes(self.store, self.view, None if full else changed)
+        if self.is_controller:
+            written = await self._reconcile(view)
+            if written:
+                try:
+                    view = await read_changes(self.store, view, written)
+                except BaseException:
+                    self._changed |= written  # our writes are read back at the next step
+                    raise
+        return view
 
     def _report_malformed(self, view: ClusterView) -> None:
         """Each damaged node is logged once (again if it changes), not at every sync."""
@@ -756,8 +892,12 @@ class ClusterMember:
         await self._synced.wait()
 
     @_answered_as_kafka_error("reading the cluster metadata from the store")
-    async def refresh(self) -> None:
-        """Sync now (after a write of ours, so the answer reflects it)."""
+    async def refresh(self, changed: Changed | None = None) -> None:
+        """Sync now, reading ``changed`` (after a write of ours, so the answer reflects it; the
+        watch may not have fired yet) or by default the listings (brokers, topics, deletions,
+        the controller): what a request checks names and live brokers against."""
+        self._changed |= changed if changed is not None else {
+            (BROKER_IDS, True), (TOPICS, True), (DELETE_TOPICS, True), (SHUTTING_DOWN, True), (CONTROLLER, False)}
         await self._step()
 
     # ---- the controller's reconciliation -------------------------------------------------------
@@ -768,12 +908,17 @@ class ClusterMember:
             return bool(self.config.unclean_leader_election_enable)
         return value.strip().lower() == "true"
 
-    async def _reconcile(self, view: ClusterView) -> bool:
-        changed = False
+    async def _reconcile(self, view: ClusterView) -> Changed:
+        """The controller's decisions for every partition, written in batches; returns the
+        nodes written (or found changed under us), to be read back."""
+        written: Changed = set()
         for name in sorted(view.deleting):
             await self._delete_topic_now(name)
-            changed = True
+            written |= {(TOPICS, True), (DELETE_TOPICS, True), (topic_path(name), False)}
         alive = set(view.brokers)
+        creations: list[tuple[str, int, dict]] = []
+        changes: list[tuple[PartitionState, dict, int, list[int]]] = []
+        moves: list[tuple[PartitionState, dict, Reassignment]] = []
         for name, record in view.topics.items():
             if name in view.deleting:
                 continue
@@ -783,47 +928,121 @@ class ClusterMember:
                     continue  # a state node that does not parse: neither overwritten nor acted on
                 if raw is None:
                     live = [r for r in replicas if r in alive and r not in view.shutting_down]
-                    if not live:
-                        continue
-                    payload = {"version": 1, "leader": live[0], "leader_epoch": 0, "isr": live,
-                               "controller_epoch": self.controller_epoch}
-                    await self.store.ensure_path(state_path(name, partition).rsplit("/", 1)[0])
-                    try:
-                        await self.store.multi(self._fence([Op.create(state_path(name, partition),
-                                                                      encode_json(payload))]))
-                    except NodeExistsError:
-                        pass
-                    except BadVersionError:
-                        await self._check_fenced()
-                        return True
-                    changed = True
+                    if live:
+                        creations.append((name, partition, {"version": 1, "leader": live[0], "leader_epoch": 0,
+                                                            "isr": live, "controller_epoch": self.controller_epoch}))
                     continue
                 state = view.state(name, partition)
                 assert state is not None
                 decision = decide_state(state, alive, view.shutting_down, self._unclean_allowed(record))
                 if decision is not None:
-                    leader, isr = decision
-                    if await self._write_state(state, raw[0], leader, isr):
-                        changed = True
+                    changes.append((state, raw[0], *decision))
                 elif partition in record.reassigning:
-                    changed |= await self._advance_reassignment(state, raw[0], record.reassigning[partition],
-                                                                alive - view.shutting_down)
-        return changed
+                    moves.append((state, raw[0], record.reassigning[partition]))
+        written |= await self._create_states(creations)
+        written |= (await self._write_states(changes))[0]
+        for state, raw, moving in moves:
+            if self.is_controller:
+                written |= await self._advance_reassignment(state, raw, moving, alive - view.shutting_down)
+        return written
+
+    async def _create_states(self, creations: list[tuple[str, int, dict]]) -> Changed:
+        """The first state of new partitions, a batch per multi() (fenced); a batch that fails
+        (a node there already) is done one partition at a time."""
+        written: Changed = set()
+        for name in sorted({name for name, _, _ in creations}):
+            await self.store.ensure_path(f"{topic_path(name)}/partitions")
+        for start in range(0, len(creations), self.WRITE_BATCH):
+            batch = creations[start:start + self.WRITE_BATCH]
+            paths = {(state_path(name, p), False) for name, p, _ in batch}
+            ops = [op for name, p, payload in batch
+                   for op in (Op.create(state_path(name, p).rsplit("/", 1)[0]),
+                              Op.create(state_path(name, p), encode_json(payload)))]
+            try:
+                await self.store.multi(self._fence(ops))
+                written |= paths
+                continue
+            except (NodeExistsError, NoNodeError):
+                pass
+            except BadVersionError:
+                await self._check_fenced()
+                return written | paths
+            for name, p, payload in batch:
+                path = state_path(name, p)
+                await self.store.ensure_path(path.rsplit("/", 1)[0])
+                try:
+                    await self.store.multi(self._fence([Op.create(path, encode_json(payload))]))
+                except (NodeExistsError, NoNodeError):
+                    pass
+                except BadVersionError:
+                    await self._check_fenced()
+                    return written | paths
+                written.add((path, False))
+        return written
+
+    async def _write_states(self, changes: list[tuple[PartitionState, dict, int, list[int]]]
+                            ) -> tuple[Changed, set[tuple[str, int]]]:
+        """New (leader, isr) of many partitions: a batch per multi(), each state compare-and-set on
+        its version and the batch fenced by the controller epoch (Kafka's updateLeaderAndIsr).
+        A batch refused because one of its partitions changed under us is written again one
+        partition at a time. Returns the nodes to read back and the partitions written."""
+        written: Changed = set()
+        done: set[tuple[str, int]] = set()
+        as_controller = self.is_controller
+
+        def deposed() -> bool:  # fenced on the way: nothing more is written, unfenced least of all
+            return as_controller and not self.is_controller
+
+        for start in range(0, len(changes), self.WRITE_BATCH):
+            batch = changes[start:start + self.WRITE_BATCH]
+            paths = {(state_path(state.topic, state.partition), False) for state, _, _, _ in batch}
+            written |= paths
+            ops = [Op.set(state_path(state.topic, state.partition), self._state_payload(state, raw, leader, isr),
+                          state.partition_epoch) for state, raw, leader, isr in batch]
+            try:
+                await self.store.multi(self._fence(ops))
+            except (BadVersionError, NoNodeError):
+                await self._check_fenced()
+                if deposed():
+                    break
+                for state, raw, leader, isr in batch:
+                    if deposed():
+                        break
+                    if await self._write_state(state, raw, leader, isr):
+                        done.add((state.topic, state.partition))
+                continue
+            for state, _, leader, isr in batch:
+                done.add((state.topic, state.partition))
+                self._log_leader_change(state, leader, isr)
+        return written, done
+
+    def _state_payload(self, state: PartitionState, raw: dict, leader: int, isr: list[int]) -> bytes:
+        epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
+        return encode_json(dict(raw, leader=leader, leader_epoch=epoch, isr=list(isr),
+                                controller_epoch=self.controller_epoch))
+
+    def _log_leader_change(self, state: PartitionState, leader: int, isr: list[int]) -> None:
+        if leader != state.leader:
+            log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", state.topic, state.partition,
+                     state.leader, leader, state.leader_epoch + 1, isr)
 
     async def _advance_reassignment(self, state: PartitionState, raw: dict, moving: Reassignment,
-                                    eligible: set[int]) -> bool:
+                                    eligible: set[int]) -> Changed:
         """Finish a reassignment whose target replicas have all joined the ISR: leadership into the
         target, then the replica list shrunk to it (Kafka's phase B)."""
         decision = reassignment.next_leadership(moving, state.leader, state.isr, eligible)
         if decision is None:
-            return False
+            return set()
         leader, isr = decision
+        written: Changed = set()
         if (leader, isr) != (state.leader, list(state.isr)):
+            written.add((state_path(state.topic, state.partition), False))
             if not await self._write_state(state, raw, leader, isr):
-                return False
+                return written
         found = await self.store.get_json(topic_path(state.topic))
         if found is None:
-            return False
+            return written
+        written.add((topic_path(state.topic), False))
         data, version = found
         reassignment.complete(data, state.partition)
         try:
@@ -831,24 +1050,21 @@ class ClusterMember:
         except (BadVersionError, NoNodeError):
             await self._check_fenced()
             self._nudge.set()
-            return False
+            return written
         log.info("%s-%d: reassignment to %s completed (leader %d)", state.topic, state.partition,
                  list(moving.target), leader)
-        return True
+        return written
 
     async def _write_state(self, state: PartitionState, raw: dict, leader: int, isr: list[int]) -> bool:
-        epoch = state.leader_epoch + 1 if leader != state.leader else state.leader_epoch
-        payload = dict(raw, leader=leader, leader_epoch=epoch, isr=list(isr), controller_epoch=self.controller_epoch)
         path = state_path(state.topic, state.partition)
         try:
-            await self.store.multi(self._fence([Op.set(path, encode_json(payload), state.partition_epoch)]))
+            await self.store.multi(self._fence([Op.set(path, self._state_payload(state, raw, leader, isr),
+                                                       state.partition_epoch)]))
         except (BadVersionError, NoNodeError):
             await self._check_fenced()
-            self._nudge.set()  # somebody wrote first: re-read and decide again
+            self._mark(path)  # somebody wrote first: re-read and decide again
             return False
-        if leader != state.leader:
-            log.info("%s-%d: leader %d -> %d (epoch %d), isr %s", state.topic, state.partition,
-                     state.leader, leader, epoch, isr)
+        self._log_leader_change(state, leader, isr)
         return True
 
     async def _delete_topic_now(self, name: str) -> None:
@@ -888,22 +1104,21 @@ class ClusterMember:
             if state.topic not in view.deleting and state.replicas:
                 by_preferred.setdefault(state.replicas[0], []).append(state)
         ratio = self.config.leader_imbalance_per_broker_percentage / 100
-        moved = 0
+        changes: list[tuple[PartitionState, dict, int, list[int]]] = []
         for preferred, states in by_preferred.items():
             if preferred not in eligible:
                 continue
             imbalanced = [s for s in states if s.leader != preferred]
             if not imbalanced or len(imbalanced) / len(states) <= ratio:
                 continue
-            for state in imbalanced:
-                if preferred in state.isr:
-                    raw = view.raw_states[(state.topic, state.partition)][0]
-                    if await self._write_state(state, raw, preferred, list(state.isr)):
-                        moved += 1
-        if moved:
-            log.info("Moved leadership of %d partition(s) back to their preferred replicas", moved)
-            self._nudge.set()
-        return moved
+            changes += [(state, view.raw_states[(state.topic, state.partition)][0], preferred, list(state.isr))
+                        for state in imbalanced if preferred in state.isr]
+        written, done = await self._write_states(changes)
+        for path, children in written:
+            self._mark(path, children=children)
+        if done:
+            log.info("Moved leadership of %d partition(s) back to their preferred replicas", len(done))
+        return len(done)
 
     # ---- applying the view to this broker ------------------------------------------------------
 
@@ -967,6 +1182,7 @@ class ClusterMember:
         except NodeExistsError:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.") from None
         log.info("Created topic %s (%d partitions, assignment %s)", name, len(assignment), assignment)
+        self._mark(TOPICS, children=True)  # read at once, not when the watch's event comes
         await self._wait_or_time_out(
             lambda: all(self.cache.partition_state(name, p) for p in assignment), timeout,
             f"Topic '{name}' was created, but not all of its partitions had a leader within {timeout:g}s "
@@ -986,7 +1202,7 @@ class ClusterMember:
         """Write the topic's config overrides, then sync so that this broker's logs have them
         when the client is answered."""
         await self._write_config(name, configs)
-        await self.refresh()
+        await self.refresh({(f"{CONFIG_TOPICS}/{name}", False)})
 
     @_answered_as_kafka_error("deleting topic {0}")
     async def delete_topic(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> None:
@@ -994,6 +1210,7 @@ class ClusterMember:
             await self.store.create(f"{DELETE_TOPICS}/{name}", b"")
         except NodeExistsError:
             pass
+        self._mark(DELETE_TOPICS, children=True)
         await self._wait_or_time_out(
             lambda: self.cache.get(name) is None, timeout,
             f"Deletion of topic '{name}' was requested, but the controller had not completed it within {timeout:g}s")
@@ -1022,6 +1239,7 @@ class ClusterMember:
         except BadVersionError:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "The topic changed concurrently; retry.") from None
+        self._mark(topic_path(name))
         await self._wait_or_time_out(
             lambda: all(self.cache.partition_state(name, p) for p in range(total)), timeout,
             f"Topic '{name}' now has {total} partitions, but not all of them had a leader within {timeout:g}s")
@@ -1061,6 +1279,7 @@ class ClusterMember:
             partitions = [(s.topic, s.partition) for s in self.cache.states.values()]
         alive = set(self.cache.brokers) - self.cache.shutting_down
         results: dict[tuple[str, int], tuple[int, str | None]] = {}
+        changes: list[tuple[PartitionState, dict, int, list[int]]] = []
         for topic, partition in partitions:
             state = self.view.state(topic, partition)
             if state is None or topic not in self.cache.by_name:
@@ -1090,12 +1309,13 @@ class ClusterMember:
                     results[(topic, partition)] = (ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE,
                                                    f"Failed to elect leader for partition {topic}-{partition} under strategy UncleanPartitionLeaderElectionStrategy")
                     continue
-            raw = self.view.raw_states[(topic, partition)][0]
-            if await self._write_state(state, raw, leader, isr):
-                results[(topic, partition)] = (ErrorCode.NONE, None)
-            else:
-                results[(topic, partition)] = (ErrorCode.NOT_CONTROLLER, "The partition changed concurrently; retry.")
-        await self.refresh()
+            changes.append((state, self.view.raw_states[(topic, partition)][0], leader, isr))
+        written, done = await self._write_states(changes)
+        for state, _, _, _ in changes:
+            key = (state.topic, state.partition)
+            results[key] = ((ErrorCode.NONE, None) if key in done
+                            else (ErrorCode.NOT_CONTROLLER, "The partition changed concurrently; retry."))
+        await self.refresh(written)
         return results
 
     @_answered_as_kafka_error("reassigning partitions")
@@ -1129,8 +1349,7 @@ class ClusterMember:
             else:
                 results.update({(topic, p): (ErrorCode.REQUEST_TIMED_OUT, "The topic kept changing; retry.")
                                 for p in partitions})
-        self._nudge.set()
-        await self.refresh()
+        await self.refresh({(topic_path(topic), False) for topic in by_topic})
         return results
 
     def list_partition_reassignments(self, partitions: list[tuple[str, int]] | None
@@ -1173,6 +1392,7 @@ class ClusterMember:
             await self.store.create(f"{SHUTTING_DOWN}/{self.node_id}", b"", ephemeral=True)
         except NodeExistsError:
             pass
+        self._mark(SHUTTING_DOWN, children=True)
 
         def done() -> bool:
             alive = set(self.cache.brokers) - self.cache.shutting_down

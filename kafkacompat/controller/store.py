@@ -142,9 +142,19 @@ class MetadataStore(ABC):
         its list of children) changes, it is created or deleted, and after a session loss.
         Persistent until cancelled. The callback must not block: nudge and re-read."""
 
+    async def watch_many(self, watches: list[tuple[str, Callable[[], None]]]) -> list[Watch]:
+        """A data watch per (path, callback), as ``watch``; a store with a network round trip per
+        registration sends them all at once."""
+        return [await self.watch(path, callback) for path, callback in watches]
+
     @abstractmethod
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         """``callback()`` on the Trio thread after this session expired (its ephemerals are gone)."""
+
+    def add_reconnect_listener(self, callback: Callable[[], None]) -> None:
+        """``callback()`` on the Trio thread whenever the connection comes back after a drop (with
+        the same session or a new one): a change made while it was down may have fired no watch,
+        so a consumer that keeps a view resyncs it. An in-process store never disconnects."""
 
     @property
     @abstractmethod
@@ -506,6 +516,8 @@ class EmbeddedStore(MetadataStore):
         self._session_id = self.tree.new_session_id()
         self._session_listeners: list[tuple[Callable[[], None], object]] = []
         self._closed = False
+        self._reconnect_listeners: list[tuple[Callable[[], None], object]] = []
+        self._deaf = False  # disconnected_for_tests()
 
     @property
     def session_id(self) -> int:
@@ -551,8 +563,28 @@ class EmbeddedStore(MetadataStore):
     async def watch(self, path: str, callback: Callable[[], None], *, children: bool = False) -> Watch:
         self._check_open()
         watch = Watch()
-        self.tree.add_watch(path, children, watch, callback, trio.lowlevel.current_trio_token())
+
+        def heard() -> None:
+            if not self._deaf:
+                callback()
+
+        self.tree.add_watch(path, children, watch, heard, trio.lowlevel.current_trio_token())
         return watch
+
+    def add_reconnect_listener(self, callback: Callable[[], None]) -> None:
+        self._reconnect_listeners.append((callback, trio.lowlevel.current_trio_token()))
+
+    @contextmanager
+    def disconnected_for_tests(self):
+        """As a dropped connection (tests): this session's watches hear nothing of the changes
+        made meanwhile, as events a client misses; on leaving, the reconnect listeners are told."""
+        self._deaf = True
+        try:
+            yield
+        finally:
+            self._deaf = False
+            for callback, token in self._reconnect_listeners:
+                _call_soon(token, Watch(), callback)
 
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append((callback, trio.lowlevel.current_trio_token()))

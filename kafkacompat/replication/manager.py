@@ -319,6 +319,12 @@ class ReplicaManager:
         """Send an ISR change to the controller in the background (one in flight per partition)."""
         if self.isr_client is None or self._nursery is None or partition.pending_isr is not None:
             return
+        added = set(new_isr) - set(partition.isr)
+        if added and not added <= set(self.brokers()):
+            # Kafka's isReplicaIsrEligible: a follower that is not a live broker is not added, as
+            # the controller would refuse it. Such a fetch is one the dead broker sent before it
+            # died, parked here and read again when the partition's state changed.
+            return
         partition.pending_isr = list(new_isr)
         self._nursery.start_soon(self._alter_isr, partition, list(new_isr))
 

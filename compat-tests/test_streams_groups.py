@@ -25,13 +25,16 @@ METADATA, DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS, API_VERSIONS = 3, 32, 44,
 STALE_TOPOLOGY, MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS, MISSING_INTERNAL_TOPICS = 0, 1, 2, 3
 SHUTDOWN_APPLICATION = 4
 SESSION_TIMEOUT_MS = 8000
+MAX_SIZE = 3
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     proc = BrokerProcess(tmp_path_factory.mktemp("streams-groups") / "data", extra_args=[
         "--set", f"group.streams.session.timeout.ms={SESSION_TIMEOUT_MS}",
-        "--set", "group.streams.heartbeat.interval.ms=1000"]).start()
+        "--set", f"group.streams.min.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "--set", "group.streams.heartbeat.interval.ms=1000", "--set", "group.streams.min.heartbeat.interval.ms=1000",
+        "--set", f"group.streams.max.size={MAX_SIZE}"]).start()
     yield proc
     proc.kill()
 
@@ -399,6 +402,41 @@ def test_standby_tasks_on_another_process_with_a_group_config(conn, broker):
         assert standby == other.tasks()  # each holds a standby of every task the other runs
 
 
+@pytest.mark.parametrize("name, value, message", [
+    ("streams.num.standby.replicas", "3",
+     "streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+    ("streams.session.timeout.ms", "7000",
+     "streams.session.timeout.ms must be greater than or equal to group.streams.min.session.timeout.ms"),
+    ("streams.session.timeout.ms", "61000",
+     "streams.session.timeout.ms must be less than or equal to group.streams.max.session.timeout.ms"),
+    ("streams.heartbeat.interval.ms", "16000",
+     "streams.heartbeat.interval.ms must be less than or equal to group.streams.max.heartbeat.interval.ms"),
+])
+def test_streams_group_configs_outside_the_brokers_bounds_are_refused(conn, name, value, message):
+    alter_cls = codec.request_class(INCREMENTAL_ALTER_CONFIGS)
+    resource = alter_cls.AlterConfigsResource
+    altered = call(conn, INCREMENTAL_ALTER_CONFIGS, 1, validate_only=False, resources=[resource(
+        resource_type=32, resource_name=unique("bounds"),
+        configs=[resource.AlterableConfig(name=name, config_operation=0, value=value)])])
+    assert (altered.responses[0].error_code, altered.responses[0].error_message) == (ErrorCode.INVALID_CONFIG, message)
+
+
+def test_a_full_streams_group_refuses_a_new_member(conn, broker):
+    app, source = unique("app"), unique("input")
+    members = [joined_and_ready(conn, app, source, app, partitions=4)]
+    for _ in range(MAX_SIZE - 1):
+        member = Member(conn, app, two_step_topology(app, source))
+        assert member.join().error_code == 0
+        members.append(member)
+    extra = Member(conn, app, two_step_topology(app, source))
+    refused = extra.join()
+    assert (refused.error_code, refused.error_message) == (
+        ErrorCode.GROUP_MAX_SIZE_REACHED, f"The streams group has reached its maximum capacity of {MAX_SIZE} members.")
+    assert members[0].heartbeat().error_code == 0  # the members already in are not affected
+    members[-1].leave()
+    assert extra.join().error_code == 0  # a place came free
+
+
 def test_shutdown_application_reaches_every_member(conn, broker):
     app, source = unique("app"), unique("input")
     first = joined_and_ready(conn, app, source, app, partitions=1)
@@ -441,7 +479,8 @@ def test_a_streams_group_survives_a_restart(broker_factory):
     broker: the same epochs, topology, members and assignments, and the members carry on with
     their epochs. A member that left and a group deleted before the restart stay gone."""
     proc = broker_factory("--set", "group.streams.session.timeout.ms=60000",
-                          "--set", "group.streams.heartbeat.interval.ms=1000")
+                          "--set", "group.streams.heartbeat.interval.ms=1000",
+                          "--set", "group.streams.min.heartbeat.interval.ms=1000")
     app, source, deleted_app = unique("app"), unique("input"), unique("app")
     with RawConnection(proc.bootstrap, timeout=30) as conn:
         first = joined_and_ready(conn, app, source, app)

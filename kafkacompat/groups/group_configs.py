@@ -74,7 +74,7 @@ DOCS: Mapping[str, str] = {
     STREAMS_HEARTBEAT_INTERVAL: "The heartbeat interval given to the members of a streams group.",
     STREAMS_NUM_STANDBY_REPLICAS: "The number of standby replicas for each task of a streams group.",
 }
-# (key, broker config of its bound) pairs: low bounds, then high bounds
+# (key, the broker configs of its low bound (None: only INT_KEYS' least) and of its high bound)
 BOUNDS = (
     (CONSUMER_HEARTBEAT_INTERVAL, "group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
     (CONSUMER_SESSION_TIMEOUT, "group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
@@ -82,6 +82,9 @@ BOUNDS = (
     (SHARE_SESSION_TIMEOUT, "group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
     (SHARE_RECORD_LOCK_DURATION, "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
     (SHARE_DELIVERY_COUNT_LIMIT, "group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"),
+    (STREAMS_HEARTBEAT_INTERVAL, "group.streams.min.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms"),
+    (STREAMS_SESSION_TIMEOUT, "group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms"),
+    (STREAMS_NUM_STANDBY_REPLICAS, None, "group.streams.max.standby.replicas"),
 )
 
 
@@ -156,7 +159,7 @@ def validate(config: "BrokerConfig", props: Mapping[str, str]) -> dict[str, str]
             raise _invalid(f"Invalid value {merged[key]} for configuration {key}: String must be one of: "
                            f"{', '.join(allowed)}")
     for key, low, high in BOUNDS:
-        if values[key] < _broker_value(config, low):
+        if low is not None and values[key] < _broker_value(config, low):
             raise _invalid(f"{key} must be greater than or equal to {low}")
         if values[key] > _broker_value(config, high):
             raise _invalid(f"{key} must be less than or equal to {high}")

@@ -237,6 +237,10 @@ class StreamsGroupCoordinator:
             if req.member_epoch != 0:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Member {req.member_id} is not a member of group {req.group_id}.")
+            max_size = self.config.group_streams_max_size
+            if len(state.members) >= max_size:
+                raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                                 f"The streams group has reached its maximum capacity of {max_size} members.")
             member = StreamsMember(req.member_id)
             log.info("Member %s joins streams group %s", req.member_id, req.group_id)
         assert isinstance(member, StreamsMember)

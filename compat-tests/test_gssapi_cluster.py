@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("gssapi")
-pytest.importorskip("k5test")
-
 from cluster import ZooKeeperCluster  # noqa: E402
 from kafkacompat.testing.process import BrokerProcess, distinct_free_ports  # noqa: E402
-from test_gssapi import HOST, krb5_jaas, pytestmark, realm_on_loopback, service_keytab  # noqa: E402,F401
+from test_gssapi import HOST, krb5_jaas, realm_on_loopback, service_keytab  # noqa: E402
 
 
 class KerberosCluster(ZooKeeperCluster):

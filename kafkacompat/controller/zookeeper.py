@@ -87,10 +87,11 @@ def _chunks(items: list[_Item]) -> list[list[_Item]]:
 
 class _DataWatcher:
     """One data watch kept armed: ZooKeeper's watches fire once, so ``fired`` (on kazoo's
-    callback thread) first sends an ``exists`` with the watch again, without waiting for its
-    answer, and only then tells the Trio loop. The re-arming request leaves on the session
-    before any read the callback leads to, so a change is either before that read (seen by it)
-    or after the watch is back (fires it again): none falls between. ``exists`` watches a node
+    callback thread) sends an ``exists`` with the watch again and tells the Trio loop only once
+    ZooKeeper has answered it. Any change made after the callback runs therefore fires the
+    watch again, even one from another session that ZooKeeper would otherwise apply before a
+    re-arming request still in flight. The answers of many watchers are pipelined, so a multi
+    that changed many nodes costs one round trip, not one per node. ``exists`` watches a node
     whether or not it exists (created, changed, deleted)."""
 
     def __init__(self, store: "ZooKeeperStore", path: str, watch: Watch, callback: Callable[[], None]) -> None:
@@ -99,27 +100,33 @@ class _DataWatcher:
         self.watch = watch
         self.callback = callback
 
-    def arm(self) -> None:
+    def arm(self, *, then_notify: bool = False) -> None:
         client = self.store.client
         if self.watch.cancelled or client is None:
             return
-        client.exists_async(self.path, watch=self.fired).rawlink(self._armed)
+        client.exists_async(self.path, watch=self.fired).rawlink(lambda result: self._armed(result, then_notify))
 
-    def _armed(self, result) -> None:
+    def _armed(self, result, then_notify: bool) -> None:
         if result.successful():
+            if then_notify:
+                self._notify()
             return
         client = self.store.client
         if client is not None and client.connected:
-            self.arm()
-        else:
-            self.store._unarmed.add(self)  # armed again by the next reconnection
+            self.arm(then_notify=then_notify)
+            return
+        self.store._unarmed.add(self)  # armed again (and notified again) by the next reconnection
+        if then_notify:
+            self._notify()
+
+    def _notify(self) -> None:
+        _call_soon(self.store._token, self.watch, self.callback)
 
     def fired(self, _event) -> None:
         """A change, a deletion, a creation, or the session lost (kazoo calls every watch then)."""
         if self.watch.cancelled:
             return
-        self.arm()
-        _call_soon(self.store._token, self.watch, self.callback)
+        self.arm(then_notify=True)
 
 
 class ZooKeeperStore(MetadataStore):
@@ -444,10 +451,11 @@ class ZooKeeperStore(MetadataStore):
 
     def _rearm_watches(self) -> None:
         """After a reconnection: the data watches whose re-arming failed while the session was
-        being replaced (kazoo refuses requests then) are armed again."""
+        being replaced (kazoo refuses requests then) are armed again, and their callbacks run
+        once armed: a change made while they were not armed fired nothing."""
         unarmed, self._unarmed = self._unarmed, set()
         for watcher in unarmed:
-            watcher.arm()
+            watcher.arm(then_notify=True)
 
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append(callback)

@@ -3,9 +3,10 @@ kafka-reassign-partitions --throttle does: the moving partition's leader.replica
 (its current replicas) and follower.replication.throttled.replicas (the new one), and the
 leader.replication.throttled.rate / follower.replication.throttled.rate of every broker
 (IncrementalAlterConfigs on BROKER resources). A throttled move copies no faster than about the
-rate (only a generous lower bound is asserted: a loaded machine is slower, never faster), a
-partition that is not throttled keeps replicating meanwhile, and once the throttle is lifted the
-move completes with every record in order. Bad values get Kafka's codes."""
+rate (the bytes copied by any moment are bounded by the rate times the time since the move
+began: a loaded machine is slower, never faster), a partition that is not throttled keeps
+replicating meanwhile, and once the throttle is lifted the move completes with every record in
+order. Bad values get Kafka's codes."""
 
 from __future__ import annotations
 
@@ -173,9 +174,16 @@ def test_a_throttled_move_copies_no_faster_than_the_rate_and_completes_once_the_
                         break
             total = MESSAGES * VALUE_SIZE
             time.sleep(max(0.0, started + 0.5 * total / RATE - time.monotonic()))
-            # Half the time the rate allows the copy: it cannot have finished (a lower bound only).
-            assert kafka_admin.list_partition_reassignments().get(tp) is not None
-            assert copied_bytes(cluster, 3, moving) < total
+            # Never faster than the rate since the move began (a lower bound on the time only: the
+            # waits above may have taken longer on a loaded machine, so what it allows is measured
+            # now). SimpleRate spans at least one window, and the check before a fetch lets one
+            # fetch (replica.fetch.max.bytes) go over.
+            copied = copied_bytes(cluster, 3, moving)
+            elapsed = time.monotonic() - started
+            assert copied <= RATE * max(elapsed, 1.0) * 1.1 + 65536, \
+                f"{copied} bytes copied in {elapsed:.1f}s at {RATE} bytes/s"
+            if elapsed < 0.9 * total / RATE:
+                assert kafka_admin.list_partition_reassignments().get(tp) is not None
             producer.wait_for_new_acks(0, count=100, timeout=60)
         assert not producer.failed, producer.failed[:5]
     finally:

@@ -537,6 +537,11 @@ class ReplicaFetcherManager:
         for fetcher in self.fetchers.values():
             nursery.start_soon(fetcher.run)
 
+    def stop(self) -> None:
+        """The nursery is gone (the broker is stopping; the cluster member may still apply a
+        change before its own cancellation reaches it): a fetcher made now waits for a ``start``."""
+        self.nursery = None
+
     def add_partition(self, key: tuple[str, int], leader_id: int) -> None:
         current = self._leader_of.get(key)
         if current == leader_id:

@@ -384,6 +384,7 @@ class ReplicaManager:
                 task_status.started()
         finally:
             self._nursery = None
+            self.fetchers.stop()
             self.moves.stop()
 
     async def _run_housekeeping(self) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import threading
 from typing import Callable, TypeVar
 
 import trio
@@ -112,11 +113,15 @@ class _DataWatcher:
                 self._notify()
             return
         client = self.store.client
-        if client is not None and client.connected:
+        # The lock spans the check and the add: a reconnection's re-arming pass (_rearm_watches)
+        # cannot run between them and miss this watcher, which would stay unarmed until the next one.
+        with self.store._unarmed_lock:
+            connected = client is not None and client.connected
+            if not connected:
+                self.store._unarmed.add(self)  # armed again (and notified again) by the next reconnection
+        if connected:
             self.arm(then_notify=then_notify)
-            return
-        self.store._unarmed.add(self)  # armed again (and notified again) by the next reconnection
-        if then_notify:
+        elif then_notify:
             self._notify()
 
     def _notify(self) -> None:
@@ -141,6 +146,7 @@ class ZooKeeperStore(MetadataStore):
         self._reconnect_listeners: list[Callable[[], None]] = []
         self._watches: list[object] = []
         self._unarmed: set[_DataWatcher] = set()  # data watches to arm again once connected
+        self._unarmed_lock = threading.Lock()  # kazoo's completion thread adds, the Trio thread takes
         self._connected = trio.Event()  # replaced by a fresh one whenever the connection drops
         self._disconnected = False
 
@@ -453,7 +459,8 @@ class ZooKeeperStore(MetadataStore):
         """After a reconnection: the data watches whose re-arming failed while the session was
         being replaced (kazoo refuses requests then) are armed again, and their callbacks run
         once armed: a change made while they were not armed fired nothing."""
-        unarmed, self._unarmed = self._unarmed, set()
+        with self._unarmed_lock:
+            unarmed, self._unarmed = self._unarmed, set()
         for watcher in unarmed:
             watcher.arm(then_notify=True)
 

@@ -89,7 +89,8 @@ class ContinuousProducer:
         self.topic = topic
         self.partitions = partitions
         self.prefix = prefix
-        self.acked: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        # (offset, value); offset None: acknowledged implicitly (see assert_acknowledged_messages_are_there)
+        self.acked: dict[int, list[tuple[int | None, bytes]]] = {p: [] for p in range(partitions)}
         self.failed: list[tuple[bytes, str]] = []
         self.sent = 0
         self.last_ack = time.monotonic()
@@ -165,18 +166,27 @@ def read_partition(bootstrap: str, topic: str, partition: int, end: int, timeout
     return messages
 
 
-def assert_acknowledged_messages_are_there(bootstrap: str, topic: str, acked: dict[int, list[tuple[int, bytes]]]):
+def assert_acknowledged_messages_are_there(bootstrap: str, topic: str, acked: dict[int, list[tuple[int | None, bytes]]]):
+    """Every acknowledged value is in the log, at its acknowledged offset, with no gap or duplicate.
+    An offset of None is librdkafka's implicit acknowledgement (rd_kafka_dr_implicit_ack): a request
+    whose answer was lost (its leader killed) was followed by one that succeeded, so the idempotent
+    producer knows the earlier messages were written but not where; they must be in the log too."""
     total = 0
     for partition, acks in acked.items():
         assert acks, f"nothing acknowledged on partition {partition}"
-        offsets = [o for o, _ in acks]
+        offsets = [o for o, _ in acks if o is not None]
+        assert offsets, f"no acknowledgement with an offset on partition {partition}"
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), "acknowledgements out of order"
         end = max(offsets) + 1
         messages = read_partition(bootstrap, topic, partition, end)
         consumed = [(m.offset(), m.value()) for m in messages]
         assert [o for o, _ in consumed[:end]] == list(range(end)), f"gap in partition {partition}"
         at = dict(consumed)
+        found = {v for _, v in consumed[:end]}
         for offset, value in acks:
+            if offset is None:
+                assert value in found, f"{topic}-{partition}: {value!r} acknowledged (implicitly) but not read"
+                continue
             assert at.get(offset) == value, f"{topic}-{partition}@{offset}: acknowledged {value!r}, read {at.get(offset)!r}"
         values = [v for _, v in consumed]
         assert len(values) == len(set(values)), f"duplicates in partition {partition}"

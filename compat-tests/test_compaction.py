@@ -11,7 +11,7 @@ import pytest
 
 pytest.register_assert_rewrite("clients")
 
-from clients import create_topic  # noqa: E402
+from clients import admin, create_topic  # noqa: E402
 
 KEYS = 10
 MESSAGES = 2000
@@ -48,14 +48,17 @@ def consume_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list[tuple
 
 def test_librdkafka_producer_then_the_cleaner_then_consumers_see_the_latest_values(broker, topic_name):
     from confluent_kafka import Producer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    create_topic(broker.bootstrap, topic_name, 1, COMPACTED)
+    # Written with cleanup.policy=delete, so that what was written is measured before any
+    # cleaning (the cleaner is fast enough to compact while a producer writes); then the policy
+    # becomes compact dynamically and the cleaner takes the log at its next pass.
+    create_topic(broker.bootstrap, topic_name, 1, {**COMPACTED, "cleanup.policy": "delete"})
     # batch.size below segment.bytes: Kafka refuses a batch larger than a segment.
     producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "linger.ms": 5,
                          "batch.size": 1000})
     failures = []
     expected: dict[bytes, bytes | None] = {}
-    peak = 0
     for i in range(MESSAGES):
         key, value = b"key-%d" % (i % KEYS), b"value-%d" % i
         if i == MESSAGES - 3:
@@ -64,10 +67,12 @@ def test_librdkafka_producer_then_the_cleaner_then_consumers_see_the_latest_valu
                          on_delivery=lambda err, msg: err is not None and failures.append(err))
         expected[key] = value
         producer.poll(0)
-        if i % 100 == 99:  # the cleaner may compact while the producer writes: keep the peak
-            peak = max(peak, log_bytes(broker, topic_name))
     assert producer.flush(30) == 0 and not failures, failures[:3]
-    written = max(peak, log_bytes(broker, topic_name))
+    written = log_bytes(broker, topic_name)
+    resource = ConfigResource("TOPIC", topic_name, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET)])
+    for future in admin(broker).incremental_alter_configs([resource]).values():
+        future.result(30)
     assert written > 20_000
 
     deadline = time.monotonic() + 30

@@ -101,16 +101,16 @@ class _DataWatcher:
         self.watch = watch
         self.callback = callback
 
-    def arm(self, *, then_notify: bool = False) -> None:
+    def arm(self) -> None:
+        """Set the watch again; the callback runs once it is set (or cannot be, while disconnected)."""
         client = self.store.client
         if self.watch.cancelled or client is None:
             return
-        client.exists_async(self.path, watch=self.fired).rawlink(lambda result: self._armed(result, then_notify))
+        client.exists_async(self.path, watch=self.fired).rawlink(self._armed)
 
-    def _armed(self, result, then_notify: bool) -> None:
+    def _armed(self, result) -> None:
         if result.successful():
-            if then_notify:
-                self._notify()
+            self._notify()
             return
         client = self.store.client
         # The lock spans the check and the add: a reconnection's re-arming pass (_rearm_watches)
@@ -120,8 +120,8 @@ class _DataWatcher:
             if not connected:
                 self.store._unarmed.add(self)  # armed again (and notified again) by the next reconnection
         if connected:
-            self.arm(then_notify=then_notify)
-        elif then_notify:
+            self.arm()
+        else:
             self._notify()
 
     def _notify(self) -> None:
@@ -131,7 +131,7 @@ class _DataWatcher:
         """A change, a deletion, a creation, or the session lost (kazoo calls every watch then)."""
         if self.watch.cancelled:
             return
-        self.arm(then_notify=True)
+        self.arm()
 
 
 class ZooKeeperStore(MetadataStore):
@@ -462,7 +462,7 @@ class ZooKeeperStore(MetadataStore):
         with self._unarmed_lock:
             unarmed, self._unarmed = self._unarmed, set()
         for watcher in unarmed:
-            watcher.arm(then_notify=True)
+            watcher.arm()
 
     def add_session_listener(self, callback: Callable[[], None]) -> None:
         self._session_listeners.append(callback)
